@@ -1,0 +1,127 @@
+//! A run's event stream: live events, gap-free, each once, backed by the journal.
+//!
+//! A stream subscribes to the run's live channel first and reads the journal second,
+//! then delivers by `event_index`: an index already delivered is skipped, a gap (a
+//! lagging reader, or a subscription that began late) is filled from the journal.
+//! So a stream may start at any index, at any time, even long after the run ended.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use futures::Stream;
+use tokio::sync::broadcast;
+use turnstile_journal::{EventIndex, Journal, RunId, Seq, SessionId};
+
+use crate::run::WireEvent;
+use crate::runtime::RuntimeError;
+
+/// See the module documentation.
+pub struct RunEvents {
+    journal: Journal,
+    session_id: SessionId,
+    run_id: RunId,
+    /// Where the run's records begin in its session stream, so refills skip earlier runs.
+    from_seq: Seq,
+    live: Option<broadcast::Receiver<Arc<WireEvent>>>,
+    next: EventIndex,
+    backlog: VecDeque<Arc<WireEvent>>,
+    done: bool,
+}
+
+impl RunEvents {
+    pub(crate) fn new(
+        journal: Journal,
+        session_id: SessionId,
+        run_id: RunId,
+        from_seq: Seq,
+        live: Option<broadcast::Receiver<Arc<WireEvent>>>,
+        next: EventIndex,
+    ) -> Self {
+        RunEvents {
+            journal,
+            session_id,
+            run_id,
+            from_seq,
+            live,
+            next,
+            backlog: VecDeque::new(),
+            done: false,
+        }
+    }
+
+    /// The run.
+    pub fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+
+    /// The index of the event `next` returns.
+    pub fn next_index(&self) -> EventIndex {
+        self.next
+    }
+
+    /// The next event, or `None` after the terminal one. A run whose process stopped
+    /// before it ended also ends the stream (its terminal event comes with recovery).
+    pub async fn next(&mut self) -> Option<Result<Arc<WireEvent>, RuntimeError>> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if let Some(event) = self.backlog.pop_front() {
+                if event.event_index < self.next {
+                    continue;
+                }
+                return Some(Ok(self.deliver(event)));
+            }
+            let Some(live) = self.live.as_mut() else {
+                // No live run: the journal has everything there will be.
+                if let Err(error) = self.refill() {
+                    return Some(Err(error));
+                }
+                if self.backlog.is_empty() {
+                    self.done = true;
+                }
+                continue;
+            };
+            match live.recv().await {
+                Ok(event) if event.event_index < self.next => continue,
+                Ok(event) if event.event_index == self.next => {
+                    return Some(Ok(self.deliver(event)));
+                }
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                    if let Err(error) = self.refill() {
+                        return Some(Err(error));
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => self.live = None,
+            }
+        }
+    }
+
+    fn deliver(&mut self, event: Arc<WireEvent>) -> Arc<WireEvent> {
+        self.next = event.event_index.next();
+        if event.is_terminal() {
+            self.done = true;
+        }
+        event
+    }
+
+    fn refill(&mut self) -> Result<(), RuntimeError> {
+        for record in self.journal.read_session(&self.session_id, self.from_seq) {
+            let record = record?;
+            if let Some(event) = WireEvent::from_record(&record) {
+                if event.run_id == self.run_id && event.event_index >= self.next {
+                    self.backlog.push_back(Arc::new(event));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The same events as a `Stream`.
+    pub fn into_stream(self) -> impl Stream<Item = Result<Arc<WireEvent>, RuntimeError>> + Send {
+        futures::stream::unfold(self, |mut events| async move {
+            let item = events.next().await?;
+            Some((item, events))
+        })
+    }
+}

@@ -1,0 +1,213 @@
+//! The [`Harness`] trait, one turn of a coding agent, and its adapters.
+//!
+//! A harness runs one turn on its own session (the CLI's conversation), streams what
+//! happens as [`HarnessEvent`]s, honours a cancellation signal, and ends in a
+//! [`TurnOutcome`] or a classified [`HarnessError`]. Every transcript line it writes
+//! is reported as an event so the runtime can journal it; before a turn the runtime
+//! hands the transcript back, which is how a session resumes anywhere.
+//!
+//! This crate does not journal, schedule or retry: the actors do that.
+
+pub mod scripted;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use turnstile_journal::{RunId, SessionId};
+
+pub use scripted::ScriptedHarness;
+
+/// Who the harness is, for agent listings and `RunStarted`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HarnessInfo {
+    /// `scripted`, `claude-agent-sdk` or `codex` (agno's `metadata.sdk`).
+    pub sdk: String,
+    /// Model name recorded on runs.
+    pub model: String,
+    /// Provider of the model.
+    pub model_provider: String,
+}
+
+/// Everything a harness needs for one turn.
+#[derive(Debug, Clone)]
+pub struct TurnRequest {
+    /// The run (the same for every attempt).
+    pub run_id: RunId,
+    /// The turnstile session.
+    pub session_id: SessionId,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// The user's message.
+    pub message: String,
+    /// The harness session to resume, if the session has one.
+    pub harness_session_id: Option<String>,
+    /// That harness session's transcript lines, as journaled, oldest first.
+    pub transcript: Vec<String>,
+}
+
+/// One tool call, as agno's `ToolExecution` describes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The harness's id of the call.
+    pub tool_call_id: String,
+    /// Tool name.
+    pub tool_name: String,
+    /// Arguments as JSON text.
+    pub tool_args: String,
+    /// Result text, once completed.
+    pub result: Option<String>,
+    /// Whether the tool reported an error.
+    pub tool_call_error: bool,
+    /// The call that spawned this one (subagents).
+    pub parent_tool_call_id: Option<String>,
+}
+
+/// What a harness reports while a turn runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HarnessEvent {
+    /// The harness session this turn runs on (new or resumed).
+    SessionStarted {
+        /// Its id.
+        harness_session_id: String,
+    },
+    /// A line the harness wrote to its transcript.
+    TranscriptLine {
+        /// The line.
+        line: String,
+    },
+    /// A piece of the answer text.
+    ContentDelta {
+        /// The text.
+        text: String,
+    },
+    /// A tool call began.
+    ToolCallStarted {
+        /// The call (without result).
+        tool: ToolCall,
+    },
+    /// A tool call ended.
+    ToolCallCompleted {
+        /// The call with its result.
+        tool: ToolCall,
+    },
+}
+
+/// Token and cost usage of one turn.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Tokens read from the prompt cache.
+    pub cache_read_tokens: u64,
+    /// Tokens written to the prompt cache.
+    pub cache_write_tokens: u64,
+    /// Reasoning tokens.
+    pub reasoning_tokens: u64,
+    /// Cost in US dollars, when the harness knows it.
+    pub cost_usd: Option<f64>,
+}
+
+/// How a turn ended well.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnOutcome {
+    /// Final answer (JSON text for structured output).
+    pub content: String,
+    /// Usage reported by the harness.
+    pub usage: Usage,
+}
+
+/// Classes of failure; the permanent ones are never retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorKind {
+    /// Overload, rate limit, server error, a crashed process: worth another attempt.
+    Transient,
+    /// Bad or missing credentials.
+    Authentication,
+    /// Out of credit.
+    Billing,
+    /// The request itself is wrong.
+    InvalidRequest,
+    /// The conversation no longer fits the model.
+    ContextWindow,
+    /// Refused by a usage policy.
+    Policy,
+    /// The agent hit its turn limit.
+    MaxTurns,
+    /// The agent hit its budget.
+    MaxBudget,
+}
+
+impl ErrorKind {
+    /// Whether another attempt may succeed.
+    pub fn is_retryable(self) -> bool {
+        matches!(self, ErrorKind::Transient)
+    }
+
+    /// The wire slug (`error_type`).
+    pub fn slug(self) -> &'static str {
+        match self {
+            ErrorKind::Transient => "transient",
+            ErrorKind::Authentication => "authentication",
+            ErrorKind::Billing => "billing",
+            ErrorKind::InvalidRequest => "invalid_request",
+            ErrorKind::ContextWindow => "context_window",
+            ErrorKind::Policy => "policy",
+            ErrorKind::MaxTurns => "max_turns",
+            ErrorKind::MaxBudget => "max_budget",
+        }
+    }
+
+    /// Parses a slug (the scripted harness's `/fail permanent KIND`).
+    pub fn from_slug(slug: &str) -> Option<ErrorKind> {
+        [
+            ErrorKind::Transient,
+            ErrorKind::Authentication,
+            ErrorKind::Billing,
+            ErrorKind::InvalidRequest,
+            ErrorKind::ContextWindow,
+            ErrorKind::Policy,
+            ErrorKind::MaxTurns,
+            ErrorKind::MaxBudget,
+        ]
+        .into_iter()
+        .find(|kind| kind.slug() == slug)
+    }
+}
+
+/// How a turn ended badly.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum HarnessError {
+    /// The cancellation signal fired; the turn stopped.
+    #[error("Run cancelled")]
+    Cancelled,
+    /// The turn failed.
+    #[error("{message}")]
+    Failed {
+        /// Its class.
+        kind: ErrorKind,
+        /// What happened, for humans.
+        message: String,
+    },
+}
+
+/// Sends harness events; a closed receiver means nobody journals them any more, which
+/// only happens when the run task is gone, so the turn stops as if cancelled.
+pub type EventSink = mpsc::Sender<HarnessEvent>;
+
+/// One coding agent behind a uniform turn interface.
+pub trait Harness: Send + Sync + 'static {
+    /// Identity for listings and `RunStarted`.
+    fn info(&self) -> HarnessInfo;
+
+    /// Runs one turn. The future owns what it needs (`'static`), streams events into
+    /// `events`, and returns promptly with [`HarnessError::Cancelled`] once `cancel` fires.
+    fn run_turn(
+        &self,
+        request: TurnRequest,
+        events: EventSink,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<TurnOutcome, HarnessError>>;
+}

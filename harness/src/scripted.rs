@@ -1,0 +1,367 @@
+//! The scripted harness: a deterministic coding agent driven by the message text.
+//!
+//! It ships in the binary (the default agent), so turnstile runs with nothing
+//! installed. Directives are lines starting with `/` (see `spec/scripted-harness.md`);
+//! everything else is prose. Its harness session is its transcript: JSON lines of
+//! `user`, `tool_use`, `tool_result` and `assistant` entries, which the runtime
+//! journals and hands back, exactly as it does for the real CLIs.
+//! It does not touch the disk or the network.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    ErrorKind, EventSink, Harness, HarnessError, HarnessEvent, HarnessInfo, ToolCall, TurnOutcome,
+    TurnRequest, Usage,
+};
+
+/// See the module documentation.
+#[derive(Debug, Clone, Default)]
+pub struct ScriptedHarness;
+
+/// One parsed directive.
+#[derive(Debug, Clone, PartialEq)]
+enum Step {
+    Tool {
+        name: String,
+        args: String,
+        error: bool,
+        parent: Option<String>,
+    },
+    Sleep(Duration),
+    FailTransient(u32),
+    FailPermanent(ErrorKind),
+}
+
+#[derive(Debug, Default)]
+struct Script {
+    steps: Vec<Step>,
+    reply: Option<String>,
+    json: Option<String>,
+    usage: Option<(u64, u64, u64, f64)>,
+    history: bool,
+    prose: Vec<String>,
+    has_directive: bool,
+}
+
+fn invalid(message: String) -> HarnessError {
+    HarnessError::Failed {
+        kind: ErrorKind::InvalidRequest,
+        message,
+    }
+}
+
+/// Checks that `text` is JSON and returns it compactly.
+fn json_text(text: &str, directive: &str) -> Result<String, HarnessError> {
+    let text = if text.trim().is_empty() {
+        "{}"
+    } else {
+        text.trim()
+    };
+    serde_json::from_str::<serde_json::Value>(text)
+        .map(|value| value.to_string())
+        .map_err(|error| invalid(format!("{directive}: argument is not JSON: {error}")))
+}
+
+fn parse(message: &str) -> Result<Script, HarnessError> {
+    let mut script = Script::default();
+    for line in message.lines() {
+        let Some(directive) = line.strip_prefix('/') else {
+            script.prose.push(line.to_owned());
+            continue;
+        };
+        script.has_directive = true;
+        let (name, rest) = directive.split_once(' ').unwrap_or((directive, ""));
+        let rest = rest.trim();
+        match name {
+            "reply" => script.reply = Some(rest.to_owned()),
+            "tool" | "tool-error" => {
+                let (tool, args) = rest.split_once(' ').unwrap_or((rest, "{}"));
+                if tool.is_empty() {
+                    return Err(invalid(format!("/{name} needs a tool name")));
+                }
+                script.steps.push(Step::Tool {
+                    name: tool.to_owned(),
+                    args: json_text(args, name)?,
+                    error: name == "tool-error",
+                    parent: None,
+                });
+            }
+            "subagent" => {
+                let mut parts = rest.splitn(3, ' ');
+                let (Some(parent), Some(tool)) = (parts.next(), parts.next()) else {
+                    return Err(invalid("/subagent needs PARENT_ID NAME JSON".into()));
+                };
+                script.steps.push(Step::Tool {
+                    name: tool.to_owned(),
+                    args: json_text(parts.next().unwrap_or("{}"), name)?,
+                    error: false,
+                    parent: Some(parent.to_owned()),
+                });
+            }
+            "sleep" => {
+                let ms: u64 = rest
+                    .parse()
+                    .map_err(|_| invalid(format!("/sleep needs milliseconds, got {rest:?}")))?;
+                script.steps.push(Step::Sleep(Duration::from_millis(ms)));
+            }
+            "fail" => {
+                let (mode, arg) = rest.split_once(' ').unwrap_or((rest, ""));
+                match mode {
+                    "transient" => {
+                        let n = arg.trim().parse().map_err(|_| {
+                            invalid(format!("/fail transient needs a count, got {arg:?}"))
+                        })?;
+                        script.steps.push(Step::FailTransient(n));
+                    }
+                    "permanent" => {
+                        let kind = ErrorKind::from_slug(arg.trim())
+                            .filter(|kind| !kind.is_retryable())
+                            .ok_or_else(|| {
+                                invalid(format!("/fail permanent: unknown kind {arg:?}"))
+                            })?;
+                        script.steps.push(Step::FailPermanent(kind));
+                    }
+                    _ => {
+                        return Err(invalid(format!(
+                            "/fail needs transient N or permanent KIND, got {rest:?}"
+                        )));
+                    }
+                }
+            }
+            "json" => script.json = Some(rest.to_owned()),
+            "usage" => {
+                let numbers: Vec<&str> = rest.split_whitespace().collect();
+                let parsed = match numbers.as_slice() {
+                    [i, o, c, cost] => (|| {
+                        Some((
+                            i.parse().ok()?,
+                            o.parse().ok()?,
+                            c.parse().ok()?,
+                            cost.parse().ok()?,
+                        ))
+                    })(),
+                    _ => None,
+                };
+                script.usage = Some(parsed.ok_or_else(|| {
+                    invalid(format!("/usage needs IN OUT CACHE_READ COST, got {rest:?}"))
+                })?);
+            }
+            "history" => script.history = true,
+            other => return Err(invalid(format!("unknown directive /{other}"))),
+        }
+    }
+    Ok(script)
+}
+
+/// How `/history` names a user message: its first line of prose, or `(directives)`.
+fn history_label(message: &str) -> String {
+    message
+        .lines()
+        .find(|line| !line.starts_with('/') && !line.trim().is_empty())
+        .map(str::to_owned)
+        .unwrap_or_else(|| "(directives)".to_owned())
+}
+
+/// The user messages of a scripted transcript, oldest first.
+pub fn transcript_user_messages(transcript: &[String]) -> Vec<String> {
+    transcript
+        .iter()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|entry| entry["type"] == "user")
+        .filter_map(|entry| entry["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+async fn emit(events: &EventSink, event: HarnessEvent) -> Result<(), HarnessError> {
+    events
+        .send(event)
+        .await
+        .map_err(|_| HarnessError::Cancelled)
+}
+
+fn check(cancel: &CancellationToken) -> Result<(), HarnessError> {
+    if cancel.is_cancelled() {
+        Err(HarnessError::Cancelled)
+    } else {
+        Ok(())
+    }
+}
+
+/// Splits the answer into a few deltas, on character boundaries.
+fn deltas(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let size = chars.len().div_ceil(3).max(1);
+    chars
+        .chunks(size)
+        .map(|chunk| chunk.iter().collect())
+        .collect()
+}
+
+async fn run(
+    request: TurnRequest,
+    events: EventSink,
+    cancel: CancellationToken,
+) -> Result<TurnOutcome, HarnessError> {
+    let script = parse(&request.message)?;
+    let harness_session_id = request
+        .harness_session_id
+        .clone()
+        .unwrap_or_else(|| format!("scripted-{}", uuid::Uuid::now_v7()));
+    emit(&events, HarnessEvent::SessionStarted { harness_session_id }).await?;
+    let user_line =
+        json!({"type": "user", "uuid": uuid::Uuid::now_v7().to_string(), "text": request.message});
+    emit(
+        &events,
+        HarnessEvent::TranscriptLine {
+            line: user_line.to_string(),
+        },
+    )
+    .await?;
+
+    let mut tool_number = 0u32;
+    for step in &script.steps {
+        check(&cancel)?;
+        match step {
+            Step::Tool {
+                name,
+                args,
+                error,
+                parent,
+            } => {
+                tool_number += 1;
+                let mut tool = ToolCall {
+                    tool_call_id: format!(
+                        "call_{}_{}_{tool_number}",
+                        request.run_id, request.attempt
+                    ),
+                    tool_name: name.clone(),
+                    tool_args: args.clone(),
+                    result: None,
+                    tool_call_error: false,
+                    parent_tool_call_id: parent.clone(),
+                };
+                emit(
+                    &events,
+                    HarnessEvent::ToolCallStarted { tool: tool.clone() },
+                )
+                .await?;
+                let use_line = json!({"type": "tool_use", "id": tool.tool_call_id, "name": name, "input": args});
+                emit(
+                    &events,
+                    HarnessEvent::TranscriptLine {
+                        line: use_line.to_string(),
+                    },
+                )
+                .await?;
+                let result = if *error {
+                    format!("error:{name}")
+                } else {
+                    format!("ok:{name}")
+                };
+                let result_line = json!({"type": "tool_result", "tool_use_id": tool.tool_call_id, "content": result, "is_error": error});
+                emit(
+                    &events,
+                    HarnessEvent::TranscriptLine {
+                        line: result_line.to_string(),
+                    },
+                )
+                .await?;
+                tool.result = Some(result);
+                tool.tool_call_error = *error;
+                emit(&events, HarnessEvent::ToolCallCompleted { tool }).await?;
+            }
+            Step::Sleep(duration) => {
+                tokio::select! {
+                    _ = tokio::time::sleep(*duration) => {}
+                    _ = cancel.cancelled() => return Err(HarnessError::Cancelled),
+                }
+            }
+            Step::FailTransient(attempts) => {
+                if request.attempt <= *attempts {
+                    return Err(HarnessError::Failed {
+                        kind: ErrorKind::Transient,
+                        message: format!(
+                            "scripted transient failure (attempt {} of {attempts} failing)",
+                            request.attempt
+                        ),
+                    });
+                }
+            }
+            Step::FailPermanent(kind) => {
+                return Err(HarnessError::Failed {
+                    kind: *kind,
+                    message: format!("scripted permanent failure: {}", kind.slug()),
+                });
+            }
+        }
+    }
+    check(&cancel)?;
+
+    let content = if let Some(json) = &script.json {
+        json_text(json, "json")?
+    } else if let Some(reply) = &script.reply {
+        reply.clone()
+    } else if script.history {
+        let mut lines: Vec<String> = transcript_user_messages(&request.transcript)
+            .iter()
+            .map(|message| history_label(message))
+            .collect();
+        lines.push(history_label(&request.message));
+        lines.join("\n")
+    } else if script.has_directive {
+        format!("echo: {}", script.prose.join("\n"))
+    } else {
+        format!("echo: {}", request.message)
+    };
+    for delta in deltas(&content) {
+        emit(&events, HarnessEvent::ContentDelta { text: delta }).await?;
+    }
+    let answer_line =
+        json!({"type": "assistant", "uuid": uuid::Uuid::now_v7().to_string(), "text": content});
+    emit(
+        &events,
+        HarnessEvent::TranscriptLine {
+            line: answer_line.to_string(),
+        },
+    )
+    .await?;
+
+    let usage = match script.usage {
+        Some((input, output, cache_read, cost)) => Usage {
+            input_tokens: input,
+            output_tokens: output,
+            cache_read_tokens: cache_read,
+            cost_usd: Some(cost),
+            ..Usage::default()
+        },
+        None => Usage {
+            input_tokens: (request.message.chars().count() / 4) as u64,
+            output_tokens: (content.chars().count() / 4) as u64,
+            ..Usage::default()
+        },
+    };
+    Ok(TurnOutcome { content, usage })
+}
+
+impl Harness for ScriptedHarness {
+    fn info(&self) -> HarnessInfo {
+        HarnessInfo {
+            sdk: "scripted".into(),
+            model: "scripted".into(),
+            model_provider: "turnstile".into(),
+        }
+    }
+
+    fn run_turn(
+        &self,
+        request: TurnRequest,
+        events: EventSink,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<TurnOutcome, HarnessError>> {
+        Box::pin(run(request, events, cancel))
+    }
+}

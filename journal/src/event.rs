@@ -1,0 +1,144 @@
+//! The typed events of the whole mission, as the journal stores them.
+//!
+//! Free-form JSON (run options, wire events, transcript lines, metrics) travels as a
+//! JSON `String`: bincode cannot decode `serde_json::Value`, internally tagged or
+//! flattened enums, so every variant here is plain and externally tagged.
+//!
+//! Compatibility rule: a new variant goes at the end (bincode encodes the variant
+//! index); changing or reordering an existing variant is a new format version.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{EventIndex, RunId};
+
+/// One fact about a session, in past tense.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Event {
+    /// The session's first event.
+    SessionCreated {
+        /// Agent the session belongs to.
+        agent_id: String,
+        /// The client's user id, if it sent one.
+        user_id: Option<String>,
+    },
+    /// A run was accepted: from here on it must reach a terminal event.
+    RunQueued {
+        /// The run.
+        run_id: RunId,
+        /// Agent that runs it.
+        agent_id: String,
+        /// The client's user id.
+        user_id: Option<String>,
+        /// The user's message.
+        input: String,
+        /// Run options as JSON text (stream, background, multitask strategy, ...).
+        options: String,
+    },
+    /// The run left the queue and owns its session.
+    RunStarted {
+        /// The run.
+        run_id: RunId,
+        /// Model identity recorded on the run.
+        model: String,
+        /// Provider of that model.
+        model_provider: String,
+    },
+    /// One attempt of the run began on a harness session.
+    AttemptStarted {
+        /// The run.
+        run_id: RunId,
+        /// 1 for the first attempt.
+        attempt: u32,
+        /// The harness's own session id that this attempt resumes or creates.
+        harness_session_id: String,
+    },
+    /// A harness wrote one line of its transcript.
+    TranscriptLineAppended {
+        /// The run whose turn wrote it.
+        run_id: RunId,
+        /// The harness's session id.
+        harness_session_id: String,
+        /// The line itself (JSON text for the CLIs).
+        line: String,
+    },
+    /// A client-visible run event (agno's event shape), as streamed.
+    RunEventEmitted {
+        /// The run.
+        run_id: RunId,
+        /// Contiguous from 0 per run.
+        event_index: EventIndex,
+        /// `RunStarted`, `RunContent`, `ToolCallStarted`, ...
+        event_type: String,
+        /// The event's JSON object, as clients see it.
+        data: String,
+    },
+    /// The run ended with an answer.
+    RunCompleted {
+        /// The run.
+        run_id: RunId,
+        /// Final content (text, or JSON text for structured output).
+        content: String,
+        /// `str` or the output schema's title.
+        content_type: String,
+        /// Metrics as JSON text.
+        metrics: String,
+    },
+    /// The run ended in an error.
+    RunFailed {
+        /// The run.
+        run_id: RunId,
+        /// Error class slug.
+        error_type: String,
+        /// Human message.
+        message: String,
+        /// Whether another attempt could have succeeded.
+        retryable: bool,
+    },
+    /// The run was cancelled.
+    RunCancelled {
+        /// The run.
+        run_id: RunId,
+        /// Why (`Run cancelled` for a client's cancel).
+        reason: String,
+    },
+}
+
+impl Event {
+    /// The run this event belongs to, if any.
+    pub fn run_id(&self) -> Option<&RunId> {
+        match self {
+            Event::SessionCreated { .. } => None,
+            Event::RunQueued { run_id, .. }
+            | Event::RunStarted { run_id, .. }
+            | Event::AttemptStarted { run_id, .. }
+            | Event::TranscriptLineAppended { run_id, .. }
+            | Event::RunEventEmitted { run_id, .. }
+            | Event::RunCompleted { run_id, .. }
+            | Event::RunFailed { run_id, .. }
+            | Event::RunCancelled { run_id, .. } => Some(run_id),
+        }
+    }
+
+    /// The variant's name, for summaries and timelines.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::SessionCreated { .. } => "SessionCreated",
+            Event::RunQueued { .. } => "RunQueued",
+            Event::RunStarted { .. } => "RunStarted",
+            Event::AttemptStarted { .. } => "AttemptStarted",
+            Event::TranscriptLineAppended { .. } => "TranscriptLineAppended",
+            Event::RunEventEmitted { .. } => "RunEventEmitted",
+            Event::RunCompleted { .. } => "RunCompleted",
+            Event::RunFailed { .. } => "RunFailed",
+            Event::RunCancelled { .. } => "RunCancelled",
+        }
+    }
+
+    /// Whether the event ends its run.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            Event::RunCompleted { .. } | Event::RunFailed { .. } | Event::RunCancelled { .. }
+        )
+    }
+}

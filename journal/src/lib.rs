@@ -1,0 +1,66 @@
+//! turnstile's event journal: the system of record and the audit trail.
+//!
+//! Every session is one append-only stream of typed [`Event`]s with a contiguous
+//! sequence from 0; all streams interleave into one journal with a global position.
+//! Each record carries a format-version byte, a checksum and a hash link to the
+//! previous record of its session, so tampering and loss are detectable ([`verify`]).
+//! Appends are durable (sled flush followed by `fdatasync`) before they return, and
+//! one committer thread syncs for every waiting appender (group commit).
+//!
+//! This crate deliberately knows nothing about actors, HTTP or harnesses: it stores
+//! and returns events, and it is the only crate that names `sled` or `bincode`.
+
+pub mod codec;
+pub mod event;
+pub mod ids;
+pub mod limits;
+mod store;
+mod subscription;
+pub mod verify;
+
+pub use codec::{FORMAT_VERSION, Hash, RecordBody};
+pub use event::Event;
+pub use ids::{EventIndex, IdError, JournalPos, RunId, Seq, SessionId};
+pub use store::{Conflict, Expected, Journal, JournalOptions, Recorded};
+pub use subscription::Subscription;
+pub use verify::{Corruption, VerifyReport};
+
+/// The failure classes of the journal. Expected outcomes (a sequence conflict, a
+/// corrupt record found by `verify`) are values, not errors.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The operating system refused a read, write or sync.
+    #[error("journal I/O failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// sled reported a failure of its own.
+    #[error("journal store failed: {0}")]
+    Store(String),
+    /// Another process (or another handle in this one) holds the data directory.
+    #[error(
+        "the data directory {path} is held by another process (is a turnstile server running on it?)"
+    )]
+    Locked {
+        /// The directory that could not be locked.
+        path: String,
+    },
+    /// A record could not be decoded while reading; `verify` names the reason.
+    #[error("journal record at position {pos} is corrupt: {reason}")]
+    Corrupt {
+        /// Global position of the record.
+        pos: JournalPos,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An earlier durable write failed; the journal stops accepting appends (fail-stop).
+    #[error("the journal stopped accepting appends after a failed write")]
+    Stopped,
+}
+
+impl From<sled::Error> for Error {
+    fn from(error: sled::Error) -> Self {
+        match error {
+            sled::Error::Io(io) => Error::Io(io),
+            other => Error::Store(other.to_string()),
+        }
+    }
+}

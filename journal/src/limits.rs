@@ -1,0 +1,41 @@
+//! Every bound of the runtime, named with its unit, in one place.
+//!
+//! The journal is the lowest crate, so the other crates read their limits from here
+//! too: one file answers "how big can this get?". Nothing here is tunable at run time
+//! unless a configuration field says so.
+
+/// Appenders waiting for the committer at most; beyond it `append` waits (backpressure).
+pub const APPEND_QUEUE_REQUESTS_MAX: usize = 4096;
+/// Requests one group commit takes at most, so one sync never grows without bound.
+pub const GROUP_COMMIT_REQUESTS_MAX: usize = 1024;
+/// Records the live subscription channel buffers; a reader that falls further behind
+/// re-reads from the journal instead of blocking writers.
+pub const LIVE_BROADCAST_RECORDS: usize = 4096;
+/// Records a lagging subscriber re-reads from disk in one go.
+pub const SUBSCRIPTION_REFILL_RECORDS: usize = 1024;
+/// Sessions whose stream heads the committer caches; past it the cache is dropped and
+/// heads are read back from disk on demand.
+pub const SESSION_HEADS_CACHED_MAX: usize = 65_536;
+/// sled page cache, in bytes (sled's default is 1 GiB).
+pub const SLED_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+/// sled's own background flush interval, in milliseconds; our durability does not rely on it.
+pub const SLED_FLUSH_EVERY_MS: u64 = 500;
+/// Bytes of one encoded record at most (transcript lines and tool results included).
+pub const RECORD_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Longest session or run id, in bytes.
+pub const ID_BYTES_MAX: usize = 128;
+
+/// Session actor mailbox, in messages.
+pub const SESSION_MAILBOX_MESSAGES: usize = 256;
+/// Events a run's live channel buffers for its streams; a slower stream re-reads the journal.
+pub const RUN_BROADCAST_EVENTS: usize = 1024;
+/// Harness events buffered between a harness and the run task that journals them.
+pub const HARNESS_EVENTS_BUFFERED: usize = 256;
+/// Request body size, in bytes, accepted by the gateway.
+pub const REQUEST_BODY_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// Message text of one run, in bytes.
+pub const MESSAGE_BYTES_MAX: usize = 1024 * 1024;
+/// How often an idle SSE stream sends a keepalive comment, in seconds.
+pub const SSE_KEEPALIVE_S: u64 = 15;
+/// How long shutdown waits for running turns to end before leaving them to recovery, in milliseconds.
+pub const SHUTDOWN_DRAIN_MS: u64 = 5_000;

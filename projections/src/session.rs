@@ -1,0 +1,321 @@
+//! The session fold: the session's own facts plus a view of each of its runs.
+//!
+//! Client-visible run events are stored as agno-shaped JSON; the fold reads from them
+//! only what a run view needs (streamed content, tool calls) and ignores the rest.
+
+use serde::Serialize;
+use turnstile_journal::{Event, Recorded, RunId, Seq, SessionId};
+
+/// Run status, with agno's wire names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum RunStatus {
+    /// Accepted, not started.
+    Pending,
+    /// Owns its session and is executing.
+    Running,
+    /// Ended with an answer.
+    Completed,
+    /// Ended in an error.
+    Error,
+    /// Cancelled.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// The wire value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Pending => "PENDING",
+            RunStatus::Running => "RUNNING",
+            RunStatus::Completed => "COMPLETED",
+            RunStatus::Error => "ERROR",
+            RunStatus::Cancelled => "CANCELLED",
+        }
+    }
+
+    /// Whether the run has ended.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Completed | RunStatus::Error | RunStatus::Cancelled
+        )
+    }
+}
+
+/// One tool call of a run, as agno's `ToolExecution` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolView {
+    /// Id of the call.
+    pub tool_call_id: String,
+    /// Tool name.
+    pub tool_name: String,
+    /// Arguments (a JSON object).
+    pub tool_args: serde_json::Value,
+    /// Result text.
+    pub result: Option<String>,
+    /// Whether the tool failed.
+    pub tool_call_error: bool,
+    /// Spawning call, for subagents.
+    pub parent_tool_call_id: Option<String>,
+}
+
+/// A run as the journal tells it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunView {
+    /// The run.
+    pub run_id: RunId,
+    /// Its session.
+    pub session_id: SessionId,
+    /// Agent.
+    pub agent_id: String,
+    /// Client's user id.
+    pub user_id: Option<String>,
+    /// Status.
+    pub status: RunStatus,
+    /// User's message.
+    pub input: String,
+    /// Run options as recorded (JSON text).
+    pub options: String,
+    /// Content so far, or the final content.
+    pub content: String,
+    /// `str` or a schema title.
+    pub content_type: String,
+    /// Tool calls, in order of start.
+    pub tools: Vec<ToolView>,
+    /// Model.
+    pub model: Option<String>,
+    /// Model provider.
+    pub model_provider: Option<String>,
+    /// Metrics JSON text of a completed run.
+    pub metrics: Option<String>,
+    /// Error class and message of a failed run.
+    pub error: Option<(String, String)>,
+    /// Attempts started.
+    pub attempts: u32,
+    /// Client-visible events recorded (= next event index).
+    pub event_count: u64,
+    /// Sequence of the run's first record in its session stream.
+    pub queued_seq: Seq,
+    /// Microseconds since the epoch.
+    pub created_at_us: i64,
+    /// Microseconds since the epoch.
+    pub updated_at_us: i64,
+}
+
+/// The session's own facts.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SessionView {
+    /// Agent the session belongs to (empty before `SessionCreated`).
+    pub agent_id: String,
+    /// Client's user id.
+    pub user_id: Option<String>,
+    /// Microseconds since the epoch.
+    pub created_at_us: i64,
+    /// Microseconds since the epoch.
+    pub updated_at_us: i64,
+    /// Harness session the next turn resumes.
+    pub harness_session_id: Option<String>,
+    /// That harness session's transcript, oldest first.
+    pub transcript: Vec<String>,
+}
+
+/// A session and its runs: the fold of one session stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionState {
+    /// The session.
+    pub session_id: SessionId,
+    /// Its facts.
+    pub session: SessionView,
+    /// Its runs, oldest first.
+    pub runs: Vec<RunView>,
+}
+
+impl SessionState {
+    /// The empty state of a session with no events.
+    pub fn new(session_id: SessionId) -> Self {
+        SessionState {
+            session_id,
+            session: SessionView::default(),
+            runs: Vec::new(),
+        }
+    }
+
+    /// Folds a whole stream.
+    pub fn fold<'a>(
+        session_id: SessionId,
+        records: impl IntoIterator<Item = &'a Recorded>,
+    ) -> Self {
+        let mut state = SessionState::new(session_id);
+        for record in records {
+            state.apply(record);
+        }
+        state
+    }
+
+    /// Whether the session has any event.
+    pub fn exists(&self) -> bool {
+        !self.session.agent_id.is_empty()
+    }
+
+    /// A run by id.
+    pub fn run(&self, run_id: &RunId) -> Option<&RunView> {
+        self.runs.iter().rev().find(|run| &run.run_id == run_id)
+    }
+
+    fn run_mut(&mut self, run_id: &RunId) -> Option<&mut RunView> {
+        self.runs.iter_mut().rev().find(|run| &run.run_id == run_id)
+    }
+
+    /// Runs that have not ended, oldest first.
+    pub fn open_runs(&self) -> impl Iterator<Item = &RunView> {
+        self.runs.iter().filter(|run| !run.status.is_terminal())
+    }
+
+    /// Applies one record.
+    pub fn apply(&mut self, record: &Recorded) {
+        let ts = record.ts_us;
+        self.session.updated_at_us = ts;
+        match &record.event {
+            Event::SessionCreated { agent_id, user_id } => {
+                self.session.agent_id = agent_id.clone();
+                self.session.user_id = user_id.clone();
+                self.session.created_at_us = ts;
+            }
+            Event::RunQueued {
+                run_id,
+                agent_id,
+                user_id,
+                input,
+                options,
+            } => {
+                self.runs.push(RunView {
+                    run_id: run_id.clone(),
+                    session_id: self.session_id.clone(),
+                    agent_id: agent_id.clone(),
+                    user_id: user_id.clone(),
+                    status: RunStatus::Pending,
+                    input: input.clone(),
+                    options: options.clone(),
+                    content: String::new(),
+                    content_type: "str".into(),
+                    tools: Vec::new(),
+                    model: None,
+                    model_provider: None,
+                    metrics: None,
+                    error: None,
+                    attempts: 0,
+                    event_count: 0,
+                    queued_seq: record.seq,
+                    created_at_us: ts,
+                    updated_at_us: ts,
+                });
+            }
+            Event::TranscriptLineAppended {
+                harness_session_id,
+                line,
+                ..
+            } => {
+                if self.session.harness_session_id.as_ref() != Some(harness_session_id) {
+                    self.session.harness_session_id = Some(harness_session_id.clone());
+                    self.session.transcript.clear();
+                }
+                self.session.transcript.push(line.clone());
+            }
+            Event::AttemptStarted {
+                harness_session_id, ..
+            } => {
+                if self.session.harness_session_id.as_ref() != Some(harness_session_id) {
+                    self.session.harness_session_id = Some(harness_session_id.clone());
+                    self.session.transcript.clear();
+                }
+            }
+            _ => {}
+        }
+        let Some(run_id) = record.event.run_id() else {
+            return;
+        };
+        let Some(run) = self.run_mut(run_id) else {
+            return;
+        };
+        run.updated_at_us = ts;
+        match &record.event {
+            Event::RunStarted {
+                model,
+                model_provider,
+                ..
+            } => {
+                run.status = RunStatus::Running;
+                run.model = Some(model.clone());
+                run.model_provider = Some(model_provider.clone());
+            }
+            Event::AttemptStarted { attempt, .. } => run.attempts = *attempt,
+            Event::RunEventEmitted {
+                event_index,
+                event_type,
+                data,
+                ..
+            } => {
+                run.event_count = event_index.0 + 1;
+                apply_wire_event(run, event_type, data);
+            }
+            Event::RunCompleted {
+                content,
+                content_type,
+                metrics,
+                ..
+            } => {
+                run.status = RunStatus::Completed;
+                run.content = content.clone();
+                run.content_type = content_type.clone();
+                run.metrics = Some(metrics.clone());
+            }
+            Event::RunFailed {
+                error_type,
+                message,
+                ..
+            } => {
+                run.status = RunStatus::Error;
+                run.content = message.clone();
+                run.error = Some((error_type.clone(), message.clone()));
+            }
+            Event::RunCancelled { reason, .. } => {
+                run.status = RunStatus::Cancelled;
+                run.content = reason.clone();
+            }
+            _ => {}
+        }
+    }
+}
+
+fn apply_wire_event(run: &mut RunView, event_type: &str, data: &str) {
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(data) else {
+        return;
+    };
+    match event_type {
+        "RunContent" => {
+            if let Some(text) = value["content"].as_str() {
+                run.content.push_str(text);
+            }
+        }
+        "ToolCallStarted" | "ToolCallCompleted" => {
+            let tool = &value["tool"];
+            let Some(id) = tool["tool_call_id"].as_str() else {
+                return;
+            };
+            let view = ToolView {
+                tool_call_id: id.to_owned(),
+                tool_name: tool["tool_name"].as_str().unwrap_or_default().to_owned(),
+                tool_args: tool["tool_args"].clone(),
+                result: tool["result"].as_str().map(str::to_owned),
+                tool_call_error: tool["tool_call_error"].as_bool().unwrap_or(false),
+                parent_tool_call_id: tool["parent_tool_call_id"].as_str().map(str::to_owned),
+            };
+            match run.tools.iter_mut().find(|known| known.tool_call_id == id) {
+                Some(known) => *known = view,
+                None => run.tools.push(view),
+            }
+        }
+        _ => {}
+    }
+}
