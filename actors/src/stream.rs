@@ -59,7 +59,7 @@ impl RunEvents {
         self.next
     }
 
-    /// The next event, or `None` after the terminal one. A run whose process stopped
+    /// The next event, or `None` after the terminal one (or after an error). A run whose process stopped
     /// before it ended also ends the stream (its terminal event comes with recovery).
     pub async fn next(&mut self) -> Option<Result<Arc<WireEvent>, RuntimeError>> {
         loop {
@@ -75,6 +75,7 @@ impl RunEvents {
             let Some(live) = self.live.as_mut() else {
                 // No live run: the journal has everything there will be.
                 if let Err(error) = self.refill() {
+                    self.done = true;
                     return Some(Err(error));
                 }
                 if self.backlog.is_empty() {
@@ -89,6 +90,7 @@ impl RunEvents {
                 }
                 Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
                     if let Err(error) = self.refill() {
+                        self.done = true;
                         return Some(Err(error));
                     }
                 }

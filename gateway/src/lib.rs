@@ -1,1 +1,10 @@
-//! placeholder
+//! The `turnstile` binary's library: configuration, the HTTP gateway and the CLI.
+//!
+//! The gateway is thin: it parses requests, forwards commands to the runtime of
+//! `turnstile-actors`, and renders what the runtime reads from the journal. It is the
+//! only crate that names `axum`. It holds no run state of its own.
+
+pub mod api;
+pub mod cli;
+pub mod config;
+pub mod serve;

@@ -181,7 +181,11 @@ impl Journal {
             .mode(sled::Mode::HighThroughput)
             .open()
             .map_err(|error| match error {
-                sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
+                // sled wraps the lock's WouldBlock in an error of its own wording.
+                sled::Error::Io(io)
+                    if io.kind() == std::io::ErrorKind::WouldBlock
+                        || io.to_string().contains("could not acquire lock") =>
+                {
                     Error::Locked {
                         path: dir.display().to_string(),
                     }

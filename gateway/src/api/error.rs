@@ -1,0 +1,105 @@
+//! One error type for every route, mapped to a status and agno's error body.
+//!
+//! Client mistakes get a 4xx with a message that says what to change; server faults
+//! are logged with their cause and answered with a generic 500 that leaks nothing.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use turnstile_actors::{Refused, RuntimeError};
+
+/// See the module documentation.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 404.
+    #[error("{0}")]
+    NotFound(String),
+    /// 400.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 422.
+    #[error("{0}")]
+    Unprocessable(String),
+    /// 409 for a refusal other than a busy session.
+    #[error("{message}")]
+    Conflict {
+        /// Slug.
+        error_type: &'static str,
+        /// Human message.
+        message: String,
+    },
+    /// 409 `session_busy`, with the running run's id.
+    #[error("{message}")]
+    Busy {
+        /// Human message naming the run.
+        message: String,
+        /// The run in flight.
+        run_id: String,
+    },
+    /// 503: shutting down.
+    #[error("turnstile is shutting down; try again shortly")]
+    ShuttingDown,
+    /// 500: logged, never shown.
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl ApiError {
+    fn status_and_type(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            ApiError::Unprocessable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "validation_error"),
+            ApiError::Conflict { error_type, .. } => (StatusCode::CONFLICT, error_type),
+            ApiError::Busy { .. } => (StatusCode::CONFLICT, "session_busy"),
+            ApiError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
+        }
+    }
+}
+
+impl From<RuntimeError> for ApiError {
+    fn from(error: RuntimeError) -> Self {
+        ApiError::Internal(error.to_string())
+    }
+}
+
+impl From<Refused> for ApiError {
+    fn from(refused: Refused) -> Self {
+        let message = refused.to_string();
+        match refused {
+            Refused::UnknownAgent { .. } => ApiError::NotFound(message),
+            Refused::Busy { run_id, .. } => ApiError::Busy {
+                message,
+                run_id: run_id.to_string(),
+            },
+            Refused::AgentMismatch { .. } => ApiError::Conflict {
+                error_type: "session_agent_mismatch",
+                message,
+            },
+            Refused::ShuttingDown => ApiError::ShuttingDown,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, error_type) = self.status_and_type();
+        if let ApiError::Internal(cause) = &self {
+            tracing::error!(%cause, "request failed");
+        }
+        let mut body = json!({"detail": self.to_string(), "error_type": error_type});
+        if let ApiError::Busy { run_id, .. } = &self {
+            body["error_id"] = json!("session_busy");
+            body["run_id"] = json!(run_id);
+        }
+        let mut response = (status, Json(body)).into_response();
+        if matches!(self, ApiError::Busy { .. } | ApiError::ShuttingDown) {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}

@@ -1,0 +1,132 @@
+//! Request bodies as named fields, whatever the encoding.
+//!
+//! agno's client posts `application/x-www-form-urlencoded`, browsers and curl often
+//! `multipart/form-data`, and services `application/json`; all three become the same
+//! field map, and typed getters turn a bad value into a 422 that names the field.
+
+use std::collections::HashMap;
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Multipart, Request};
+use axum::http::header::CONTENT_TYPE;
+
+use crate::api::error::ApiError;
+
+/// The fields of a request body.
+#[derive(Debug, Default)]
+pub struct Fields(HashMap<String, String>);
+
+impl Fields {
+    /// Reads and decodes the body of `request`.
+    pub async fn read(request: Request) -> Result<Fields, ApiError> {
+        let content_type = request
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        if content_type.starts_with("multipart/form-data") {
+            let mut multipart = Multipart::from_request(request, &())
+                .await
+                .map_err(|error| {
+                    ApiError::BadRequest(format!("malformed multipart body: {error}"))
+                })?;
+            let mut fields = HashMap::new();
+            while let Some(field) = multipart.next_field().await.map_err(|error| {
+                ApiError::BadRequest(format!("malformed multipart body: {error}"))
+            })? {
+                let name = field.name().unwrap_or_default().to_owned();
+                if field.file_name().is_some() {
+                    return Err(ApiError::BadRequest(format!(
+                        "file uploads ({name:?}) are not supported by this build yet"
+                    )));
+                }
+                let text = field
+                    .text()
+                    .await
+                    .map_err(|error| ApiError::BadRequest(format!("field {name:?}: {error}")))?;
+                fields.insert(name, text);
+            }
+            return Ok(Fields(fields));
+        }
+        let body = Bytes::from_request(request, &()).await.map_err(|error| {
+            if error.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::BadRequest("request body is too large".into())
+            } else {
+                ApiError::BadRequest(format!("cannot read the body: {error}"))
+            }
+        })?;
+        if content_type.starts_with("application/json") {
+            let value: serde_json::Value = serde_json::from_slice(&body).map_err(|error| {
+                ApiError::Unprocessable(format!("body is not valid JSON: {error}"))
+            })?;
+            let serde_json::Value::Object(object) = value else {
+                return Err(ApiError::Unprocessable(
+                    "JSON body must be an object".into(),
+                ));
+            };
+            let fields = object
+                .into_iter()
+                .filter(|(_, value)| !value.is_null())
+                .map(|(name, value)| match value {
+                    serde_json::Value::String(text) => (name, text),
+                    other => (name, other.to_string()),
+                })
+                .collect();
+            return Ok(Fields(fields));
+        }
+        if content_type.is_empty() && body.is_empty() {
+            return Ok(Fields::default());
+        }
+        if content_type.is_empty() || content_type.starts_with("application/x-www-form-urlencoded")
+        {
+            let pairs: Vec<(String, String)> = serde_urlencoded_pairs(&body)?;
+            return Ok(Fields(pairs.into_iter().collect()));
+        }
+        Err(ApiError::BadRequest(format!(
+            "unsupported content type {content_type:?}: send form fields or a JSON object"
+        )))
+    }
+
+    /// A field's text, if present and not empty.
+    pub fn text(&self, name: &str) -> Option<&str> {
+        self.0
+            .get(name)
+            .map(String::as_str)
+            .filter(|text| !text.is_empty())
+    }
+
+    /// A required field.
+    pub fn required(&self, name: &str) -> Result<&str, ApiError> {
+        self.text(name)
+            .ok_or_else(|| ApiError::Unprocessable(format!("field {name:?} is required")))
+    }
+
+    /// A boolean field (`true`/`false`), with its default when absent.
+    pub fn boolean(&self, name: &str, default: bool) -> Result<bool, ApiError> {
+        match self.text(name).map(str::to_ascii_lowercase).as_deref() {
+            None => Ok(default),
+            Some("true") => Ok(true),
+            Some("false") => Ok(false),
+            Some(other) => Err(ApiError::Unprocessable(format!(
+                "field {name:?} must be true or false, got {other:?}"
+            ))),
+        }
+    }
+
+    /// A field that carries JSON text; 422 when it does not parse.
+    pub fn json(&self, name: &str) -> Result<Option<serde_json::Value>, ApiError> {
+        self.text(name)
+            .map(|text| {
+                serde_json::from_str(text).map_err(|error| {
+                    ApiError::Unprocessable(format!("field {name:?} is not valid JSON: {error}"))
+                })
+            })
+            .transpose()
+    }
+}
+
+fn serde_urlencoded_pairs(body: &[u8]) -> Result<Vec<(String, String)>, ApiError> {
+    serde_urlencoded::from_bytes(body)
+        .map_err(|error| ApiError::Unprocessable(format!("malformed form body: {error}")))
+}

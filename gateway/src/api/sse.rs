@@ -1,0 +1,81 @@
+//! Server-sent event streams of run events.
+//!
+//! A frame is `id: <event_index>`, `event: <type>`, `data: <compact JSON>`. Streams
+//! send a keepalive comment when idle and end on the terminal event, on a runtime
+//! fault (one `error` frame), or when the server shuts down (an open stream would
+//! otherwise hold axum's graceful shutdown forever).
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::{Stream, StreamExt, stream};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use turnstile_actors::{RunEvents, WireEvent};
+use turnstile_journal::limits::SSE_KEEPALIVE_S;
+
+/// How frames carry the index: inline streams keep agno's payload as it is, re-attachable
+/// (background) streams add `event_index` and `run_id` to the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// agno's inline stream.
+    Inline,
+    /// A re-attachable stream.
+    Indexed,
+}
+
+fn frame(event: &WireEvent, framing: Framing) -> Event {
+    let data = match framing {
+        Framing::Inline => event.data.clone(),
+        Framing::Indexed => match serde_json::from_str::<serde_json::Value>(&event.data) {
+            Ok(mut value) => {
+                value["event_index"] = json!(event.event_index.0);
+                value["run_id"] = json!(event.run_id);
+                value.to_string()
+            }
+            Err(_) => event.data.clone(),
+        },
+    };
+    Event::default()
+        .id(event.event_index.to_string())
+        .event(&event.event_type)
+        .data(data)
+}
+
+fn respond(
+    frames: impl Stream<Item = Event> + Send + 'static,
+    shutdown: CancellationToken,
+) -> Response {
+    let frames = frames
+        .map(Ok::<_, Infallible>)
+        .take_until(shutdown.cancelled_owned());
+    Sse::new(frames)
+        .keep_alive(
+            KeepAlive::new()
+                .interval(Duration::from_secs(SSE_KEEPALIVE_S))
+                .text("keepalive"),
+        )
+        .into_response()
+}
+
+/// A run's events as an SSE response.
+pub fn run_stream(events: RunEvents, framing: Framing, shutdown: CancellationToken) -> Response {
+    let frames = events.into_stream().map(move |item| match item {
+        Ok(event) => frame(&event, framing),
+        Err(error) => {
+            tracing::error!(%error, "run stream failed");
+            Event::default()
+                .event("error")
+                .data(json!({"event": "error", "error": "stream failed"}).to_string())
+        }
+    });
+    respond(frames, shutdown)
+}
+
+/// An SSE response of exactly one frame (the busy answer of a streamed run).
+pub fn single(event_type: &str, data: serde_json::Value, shutdown: CancellationToken) -> Response {
+    let frame = Event::default().event(event_type).data(data.to_string());
+    respond(stream::iter([frame]), shutdown)
+}

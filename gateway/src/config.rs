@@ -1,0 +1,246 @@
+//! The configuration file (TOML) and its defaults, as `spec/cli.md` defines them.
+//!
+//! Everything has a default, so no file at all serves one scripted agent from
+//! `./turnstile-data` on `127.0.0.1:7777`. Unknown keys are an error that names the
+//! key. This module only parses and checks; it starts nothing.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Deserialize;
+use turnstile_actors::AgentSpec;
+use turnstile_harness::ScriptedHarness;
+
+/// The whole file.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `[server]`.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// `[[agents]]`; one scripted agent when absent.
+    #[serde(default = "default_agents")]
+    pub agents: Vec<AgentConfig>,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Listen address.
+    pub addr: String,
+    /// Data directory (the journal).
+    pub data_dir: PathBuf,
+    /// Environment variable holding the API key; auth is on when it is set.
+    pub api_key_env: String,
+    /// Worker slots for runs.
+    pub max_concurrent_runs: usize,
+    /// Queued runs at most; beyond it 429.
+    pub max_queued_runs: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            addr: "127.0.0.1:7777".into(),
+            data_dir: PathBuf::from("./turnstile-data"),
+            api_key_env: "TURNSTILE_API_KEY".into(),
+            max_concurrent_runs: 8,
+            max_queued_runs: 10_000,
+        }
+    }
+}
+
+/// One `[[agents]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Agent id, used in routes.
+    pub id: String,
+    /// Display name (defaults to the id).
+    pub name: Option<String>,
+    /// Description.
+    #[serde(default)]
+    pub description: String,
+    /// `scripted`, `claude-code` or `codex`.
+    pub harness: String,
+    /// Model name.
+    pub model: Option<String>,
+    /// Working directory of the CLI.
+    pub cwd: Option<PathBuf>,
+    /// Path of the `claude` CLI.
+    pub claude_bin: Option<String>,
+    /// Path of the `codex` CLI.
+    pub codex_bin: Option<String>,
+    /// Claude permission mode.
+    pub permission_mode: Option<String>,
+    /// Tools the CLI may use.
+    #[serde(default)]
+    pub allowed_tools: Vec<String>,
+    /// Tools the CLI may not use.
+    #[serde(default)]
+    pub disallowed_tools: Vec<String>,
+    /// Turn limit of the CLI.
+    pub max_turns: Option<u32>,
+    /// Budget of the CLI in US dollars.
+    pub max_budget_usd: Option<f64>,
+    /// System prompt.
+    pub system_prompt: Option<String>,
+    /// MCP configuration file.
+    pub mcp_config: Option<PathBuf>,
+    /// Retries after a failed attempt (agno default 0).
+    #[serde(default)]
+    pub retries: u32,
+    /// Delay between retries in seconds (agno default 1).
+    #[serde(default = "one")]
+    pub delay_between_retries_s: f64,
+    /// Double the delay after each attempt.
+    #[serde(default)]
+    pub exponential_backoff: bool,
+    /// Keep staged uploads after the run.
+    #[serde(default)]
+    pub keep_uploads: bool,
+    /// Environment for the CLI.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn default_agents() -> Vec<AgentConfig> {
+    vec![AgentConfig {
+        id: "scripted".into(),
+        name: Some("Scripted".into()),
+        description: "turnstile's built-in scripted harness".into(),
+        harness: "scripted".into(),
+        model: None,
+        cwd: None,
+        claude_bin: None,
+        codex_bin: None,
+        permission_mode: None,
+        allowed_tools: Vec::new(),
+        disallowed_tools: Vec::new(),
+        max_turns: None,
+        max_budget_usd: None,
+        system_prompt: None,
+        mcp_config: None,
+        retries: 0,
+        delay_between_retries_s: 1.0,
+        exponential_backoff: false,
+        keep_uploads: false,
+        env: BTreeMap::new(),
+    }]
+}
+
+/// Why a configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema (names the key).
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// toml's message, which names the key and line.
+        message: String,
+    },
+    /// A value is not acceptable.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Reads a file, or the defaults when `path` is `None`.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let Some(path) = path else {
+            return Ok(Config::default_config());
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let config: Config = toml::from_str(&text).map_err(|error| ConfigError::Parse {
+            path: path.display().to_string(),
+            message: error.to_string(),
+        })?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// The configuration with no file.
+    pub fn default_config() -> Config {
+        Config {
+            server: ServerConfig::default(),
+            agents: default_agents(),
+        }
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        if self.agents.is_empty() {
+            return Err(ConfigError::Invalid(
+                "at least one [[agents]] entry is needed".into(),
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for agent in &self.agents {
+            if turnstile_journal::SessionId::parse(&agent.id).is_err() {
+                return Err(ConfigError::Invalid(format!(
+                    "agent id {:?} may only hold letters, digits and . _ : -",
+                    agent.id
+                )));
+            }
+            if !seen.insert(agent.id.as_str()) {
+                return Err(ConfigError::Invalid(format!(
+                    "agent id {:?} appears twice",
+                    agent.id
+                )));
+            }
+            if !matches!(agent.harness.as_str(), "scripted" | "claude-code" | "codex") {
+                return Err(ConfigError::Invalid(format!(
+                    "agent {:?}: unknown harness {:?} (expected scripted, claude-code or codex)",
+                    agent.id, agent.harness
+                )));
+            }
+        }
+        if self.server.max_concurrent_runs == 0 {
+            return Err(ConfigError::Invalid(
+                "server.max_concurrent_runs must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Builds the runtime's agents from the configuration.
+    pub fn agent_specs(&self) -> Result<Vec<AgentSpec>, ConfigError> {
+        self.agents
+            .iter()
+            .map(|agent| {
+                let harness = match agent.harness.as_str() {
+                    "scripted" => Arc::new(ScriptedHarness),
+                    other => {
+                        return Err(ConfigError::Invalid(format!(
+                            "agent {:?}: the {other} harness is not available in this build yet",
+                            agent.id
+                        )));
+                    }
+                };
+                Ok(AgentSpec {
+                    id: agent.id.clone(),
+                    name: agent.name.clone().unwrap_or_else(|| agent.id.clone()),
+                    description: agent.description.clone(),
+                    harness,
+                })
+            })
+            .collect()
+    }
+}
