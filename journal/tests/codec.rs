@@ -1,0 +1,246 @@
+//! The record format at its boundary: golden bytes for every event type, and a
+//! property round trip through the codec and through a real journal on disk.
+
+use proptest::prelude::*;
+use turnstile_journal::codec::{self, RecordBody};
+use turnstile_journal::{
+    Event, EventIndex, Expected, Journal, JournalOptions, JournalPos, RunId, Seq, SessionId,
+};
+
+/// One sample of every variant; the match below stops compiling when a variant is
+/// added without a sample (and so without golden bytes).
+fn samples() -> Vec<Event> {
+    let run_id = RunId::parse("run-1").unwrap();
+    let samples = vec![
+        Event::SessionCreated {
+            agent_id: "scripted".into(),
+            user_id: Some("u1".into()),
+        },
+        Event::RunQueued {
+            run_id: run_id.clone(),
+            agent_id: "scripted".into(),
+            user_id: None,
+            input: "hello".into(),
+            options: r#"{"stream":true}"#.into(),
+        },
+        Event::RunStarted {
+            run_id: run_id.clone(),
+            model: "m".into(),
+            model_provider: "p".into(),
+        },
+        Event::AttemptStarted {
+            run_id: run_id.clone(),
+            attempt: 1,
+            harness_session_id: "h1".into(),
+        },
+        Event::TranscriptLineAppended {
+            run_id: run_id.clone(),
+            harness_session_id: "h1".into(),
+            line: r#"{"type":"user"}"#.into(),
+        },
+        Event::RunEventEmitted {
+            run_id: run_id.clone(),
+            event_index: EventIndex(3),
+            event_type: "RunContent".into(),
+            data: r#"{"content":"hi"}"#.into(),
+        },
+        Event::RunCompleted {
+            run_id: run_id.clone(),
+            content: "done".into(),
+            content_type: "str".into(),
+            metrics: "{}".into(),
+        },
+        Event::RunFailed {
+            run_id: run_id.clone(),
+            error_type: "billing".into(),
+            message: "no credit".into(),
+            retryable: false,
+        },
+        Event::RunCancelled {
+            run_id,
+            reason: "Run cancelled".into(),
+        },
+    ];
+    for event in &samples {
+        match event {
+            Event::SessionCreated { .. }
+            | Event::RunQueued { .. }
+            | Event::RunStarted { .. }
+            | Event::AttemptStarted { .. }
+            | Event::TranscriptLineAppended { .. }
+            | Event::RunEventEmitted { .. }
+            | Event::RunCompleted { .. }
+            | Event::RunFailed { .. }
+            | Event::RunCancelled { .. } => {}
+        }
+    }
+    samples
+}
+
+fn body(event: Event) -> RecordBody {
+    RecordBody {
+        pos: JournalPos(7),
+        session_id: SessionId::parse("session-1").unwrap(),
+        seq: Seq(2),
+        ts_us: 1_796_000_000_000_000,
+        prev_hash: [0xab; 32],
+        event,
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A format change without a version bump fails here (issue 2).
+#[test]
+fn golden_bytes_of_every_record_type() {
+    let listing: Vec<String> = samples()
+        .into_iter()
+        .map(|event| {
+            let kind = event.kind();
+            let bytes = codec::encode(&body(event)).unwrap();
+            assert_eq!(bytes[0], turnstile_journal::FORMAT_VERSION);
+            format!("{kind}: {}", hex(&bytes))
+        })
+        .collect();
+    insta::assert_snapshot!(listing.join("\n"));
+}
+
+#[test]
+fn decode_refuses_other_versions_and_flipped_bytes() {
+    let mut bytes = codec::encode(&body(samples().remove(0))).unwrap();
+    let mut other_version = bytes.clone();
+    other_version[0] = 2;
+    assert!(matches!(
+        codec::decode(&other_version),
+        Err(codec::DecodeError::Version(2))
+    ));
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x01;
+    assert!(matches!(
+        codec::decode(&bytes),
+        Err(codec::DecodeError::Checksum { .. })
+    ));
+}
+
+fn any_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        ".{0,40}",
+        "[a-z]{0,8}",
+        Just(String::new()),
+        Just("{\"k\":[1,2,{\"n\":null}]}".to_string())
+    ]
+}
+
+fn any_id() -> impl Strategy<Value = RunId> {
+    "[A-Za-z0-9._:-]{1,40}"
+        .prop_filter("not . or ..", |s| s != "." && s != "..")
+        .prop_map(|s| RunId::parse(&s).unwrap())
+}
+
+fn any_event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        (any_text(), proptest::option::of(any_text()))
+            .prop_map(|(agent_id, user_id)| Event::SessionCreated { agent_id, user_id }),
+        (
+            any_id(),
+            any_text(),
+            proptest::option::of(any_text()),
+            any_text(),
+            any_text()
+        )
+            .prop_map(
+                |(run_id, agent_id, user_id, input, options)| Event::RunQueued {
+                    run_id,
+                    agent_id,
+                    user_id,
+                    input,
+                    options
+                }
+            ),
+        (any_id(), any_text(), any_text()).prop_map(|(run_id, model, model_provider)| {
+            Event::RunStarted {
+                run_id,
+                model,
+                model_provider,
+            }
+        }),
+        (any_id(), any::<u32>(), any_text()).prop_map(|(run_id, attempt, harness_session_id)| {
+            Event::AttemptStarted {
+                run_id,
+                attempt,
+                harness_session_id,
+            }
+        }),
+        (any_id(), any_text(), any_text()).prop_map(|(run_id, harness_session_id, line)| {
+            Event::TranscriptLineAppended {
+                run_id,
+                harness_session_id,
+                line,
+            }
+        }),
+        (any_id(), any::<u64>(), any_text(), any_text()).prop_map(
+            |(run_id, index, event_type, data)| Event::RunEventEmitted {
+                run_id,
+                event_index: EventIndex(index),
+                event_type,
+                data
+            }
+        ),
+        (any_id(), any_text(), any_text(), any_text()).prop_map(
+            |(run_id, content, content_type, metrics)| Event::RunCompleted {
+                run_id,
+                content,
+                content_type,
+                metrics
+            }
+        ),
+        (any_id(), any_text(), any_text(), any::<bool>()).prop_map(
+            |(run_id, error_type, message, retryable)| Event::RunFailed {
+                run_id,
+                error_type,
+                message,
+                retryable
+            }
+        ),
+        (any_id(), any_text()).prop_map(|(run_id, reason)| Event::RunCancelled { run_id, reason }),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn codec_round_trips(event in any_event(), pos in any::<u64>(), seq in any::<u64>(), ts in any::<i64>(), link in any::<[u8; 32]>()) {
+        let body = RecordBody { pos: JournalPos(pos), session_id: SessionId::parse("s").unwrap(), seq: Seq(seq), ts_us: ts, prev_hash: link, event };
+        let bytes = codec::encode(&body).unwrap();
+        prop_assert_eq!(codec::decode(&bytes).unwrap(), body);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #[test]
+    fn journal_round_trips(batches in proptest::collection::vec(proptest::collection::vec(any_event(), 1..5), 1..6)) {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path(), JournalOptions::default()).unwrap();
+        let session_a = SessionId::parse("a").unwrap();
+        let session_b = SessionId::parse("b").unwrap();
+        let mut written: Vec<(SessionId, Event)> = Vec::new();
+        for (i, batch) in batches.iter().enumerate() {
+            let session = if i % 2 == 0 { &session_a } else { &session_b };
+            let records = journal.append_blocking(session, Expected::Any, batch.clone()).unwrap().unwrap();
+            prop_assert_eq!(records.len(), batch.len());
+            written.extend(batch.iter().cloned().map(|event| (session.clone(), event)));
+        }
+        journal.close().unwrap();
+        drop(journal);
+        let journal = Journal::open(dir.path(), JournalOptions::default()).unwrap();
+        let all: Vec<(SessionId, Event)> = journal.read_from(JournalPos(0)).map(|r| { let r = r.unwrap(); (r.session_id, r.event) }).collect();
+        prop_assert_eq!(&all, &written);
+        let only_a: Vec<Event> = journal.read_session(&session_a, Seq(0)).map(|r| r.unwrap().event).collect();
+        let expected_a: Vec<Event> = written.iter().filter(|(s, _)| s == &session_a).map(|(_, e)| e.clone()).collect();
+        prop_assert_eq!(only_a, expected_a);
+        let verified = journal.verify(|_| ()).unwrap();
+        prop_assert!(verified.is_ok(), "verify: {:?}", verified);
+    }
+}
