@@ -1,1 +1,233 @@
-fn main() {}
+//! Journal benchmark: durable appends per second with 1, 16 and 256 concurrent
+//! appenders, side by side in one run with two ceilings on the same disk: raw sled
+//! `insert` + `flush` + `fdatasync` per append, and raw sled `apply_batch` + one
+//! `flush` + `fdatasync` per batch of as many events as there are appenders.
+//! Also the p50 and p99 time from append to acknowledgement.
+//!
+//! `cargo bench -p turnstile-journal --bench append` (`BENCH_SECONDS` per cell, default 2).
+//! Prints a Markdown table for `docs/PERFORMANCE.md`. Not a test: nothing is asserted.
+
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use turnstile_journal::{Event, EventIndex, Expected, Journal, JournalOptions, RunId, SessionId};
+
+const EVENT_BYTES: usize = 200;
+
+fn event(n: u64) -> Event {
+    Event::RunEventEmitted {
+        run_id: RunId::parse("bench").unwrap(),
+        event_index: EventIndex(n),
+        event_type: "RunContent".into(),
+        data: "x".repeat(EVENT_BYTES - 60),
+    }
+}
+
+struct Cell {
+    events_per_s: f64,
+    p50_us: Option<f64>,
+    p99_us: Option<f64>,
+}
+
+fn percentile(sorted: &[Duration], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[index].as_secs_f64() * 1e6
+}
+
+/// Runs `work` on `threads` threads until `seconds` pass; each call is one timed append.
+fn concurrently(
+    threads: usize,
+    seconds: f64,
+    work: impl Fn(usize, u64) + Send + Sync + 'static,
+) -> Cell {
+    let work = Arc::new(work);
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|thread| {
+            let work = work.clone();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut latencies = Vec::new();
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let begin = Instant::now();
+                    work(thread, n);
+                    latencies.push(begin.elapsed());
+                    n += 1;
+                }
+                latencies
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    stop.store(true, Ordering::Relaxed);
+    let mut latencies: Vec<Duration> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    let elapsed = started.elapsed().as_secs_f64();
+    latencies.sort();
+    Cell {
+        events_per_s: latencies.len() as f64 / elapsed,
+        p50_us: Some(percentile(&latencies, 0.50)),
+        p99_us: Some(percentile(&latencies, 0.99)),
+    }
+}
+
+/// turnstile's appenders are async tasks (session actors, run tasks), so they are
+/// tokio tasks here too, on a two-worker runtime like the server's.
+fn journal_cell(dir: &Path, appenders: usize, seconds: f64) -> Cell {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let journal = Journal::open(dir, JournalOptions::default()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..appenders)
+        .map(|i| {
+            let journal = journal.clone();
+            let stop = stop.clone();
+            let session = SessionId::parse(&format!("s{i}")).unwrap();
+            runtime.spawn(async move {
+                let mut latencies = Vec::new();
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let begin = Instant::now();
+                    journal
+                        .append(&session, Expected::Any, vec![event(n)])
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    latencies.push(begin.elapsed());
+                    n += 1;
+                }
+                latencies
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    stop.store(true, Ordering::Relaxed);
+    let mut latencies: Vec<Duration> = runtime.block_on(async { futures_join(tasks).await });
+    let elapsed = started.elapsed().as_secs_f64();
+    journal.close().unwrap();
+    latencies.sort();
+    Cell {
+        events_per_s: latencies.len() as f64 / elapsed,
+        p50_us: Some(percentile(&latencies, 0.50)),
+        p99_us: Some(percentile(&latencies, 0.99)),
+    }
+}
+
+async fn futures_join(tasks: Vec<tokio::task::JoinHandle<Vec<Duration>>>) -> Vec<Duration> {
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    all
+}
+
+fn raw_db(dir: &Path) -> (sled::Db, sled::Tree, File) {
+    let db = sled::Config::new()
+        .path(dir)
+        .cache_capacity(64 * 1024 * 1024)
+        .flush_every_ms(Some(500))
+        .mode(sled::Mode::HighThroughput)
+        .open()
+        .unwrap();
+    let tree = db.open_tree("raw").unwrap();
+    let file = File::open(dir.join("db")).unwrap();
+    (db, tree, file)
+}
+
+fn raw_value() -> Vec<u8> {
+    vec![7u8; EVENT_BYTES]
+}
+
+fn raw_per_append_cell(dir: &Path, appenders: usize, seconds: f64) -> Cell {
+    let (db, tree, file) = raw_db(dir);
+    let file = Arc::new(file);
+    let value = raw_value();
+    concurrently(appenders, seconds, move |thread, n| {
+        let key = [(thread as u64).to_be_bytes(), n.to_be_bytes()].concat();
+        tree.insert(key, value.as_slice()).unwrap();
+        db.flush().unwrap();
+        file.sync_data().unwrap();
+    })
+}
+
+fn raw_batched_cell(dir: &Path, batch: usize, seconds: f64) -> Cell {
+    let (db, tree, file) = raw_db(dir);
+    let value = raw_value();
+    let started = Instant::now();
+    let mut events = 0u64;
+    while started.elapsed().as_secs_f64() < seconds {
+        let mut writes = sled::Batch::default();
+        for _ in 0..batch {
+            writes.insert(&events.to_be_bytes(), value.as_slice());
+            events += 1;
+        }
+        tree.apply_batch(writes).unwrap();
+        db.flush().unwrap();
+        file.sync_data().unwrap();
+    }
+    Cell {
+        events_per_s: events as f64 / started.elapsed().as_secs_f64(),
+        p50_us: None,
+        p99_us: None,
+    }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing else is accepted.
+    let seconds: f64 = std::env::var("BENCH_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2.0);
+    let root = std::env::var("BENCH_DIR")
+        .map(Into::into)
+        .unwrap_or_else(|_| std::env::temp_dir());
+    println!(
+        "| appenders | turnstile journal (events/s) | p50 ack (µs) | p99 ack (µs) | raw sled insert+flush+fdatasync per append (events/s) | raw sled apply_batch+flush+fdatasync per batch of N (events/s) | journal / batched ceiling | journal / per-append |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    // `BENCH_ONLY_JOURNAL=N` runs only the journal cell with N appenders (for profiling).
+    if let Some(appenders) = std::env::var("BENCH_ONLY_JOURNAL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        let dir = tempfile::tempdir_in(&root).unwrap();
+        let cell = journal_cell(dir.path(), appenders, seconds);
+        println!(
+            "journal, {appenders} appenders: {:.0} events/s",
+            cell.events_per_s
+        );
+        return;
+    }
+    for appenders in [1usize, 16, 256] {
+        let journal_dir = tempfile::tempdir_in(&root).unwrap();
+        let journal = journal_cell(journal_dir.path(), appenders, seconds);
+        let per_append_dir = tempfile::tempdir_in(&root).unwrap();
+        let per_append = raw_per_append_cell(per_append_dir.path(), appenders, seconds);
+        let batched_dir = tempfile::tempdir_in(&root).unwrap();
+        let batched = raw_batched_cell(batched_dir.path(), appenders, seconds);
+        println!(
+            "| {appenders} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.1}x |",
+            journal.events_per_s,
+            journal.p50_us.unwrap_or_default(),
+            journal.p99_us.unwrap_or_default(),
+            per_append.events_per_s,
+            batched.events_per_s,
+            journal.events_per_s / batched.events_per_s,
+            journal.events_per_s / per_append.events_per_s,
+        );
+    }
+}

@@ -1,4 +1,5 @@
-//! The on-disk record format, behind one module so a later codec is a new version.
+//! The on-disk formats, behind one module so a later codec is a new version: event
+//! records, and the batch manifests that give records their global order.
 //!
 //! A record is `[version: u8][crc32 of the body: u32 LE][body]`, where the body is the
 //! bincode 2 encoding (standard config: little endian, varints) of [`RecordBody`].
@@ -68,13 +69,82 @@ pub enum DecodeError {
     Body(String),
 }
 
-/// Encodes a record. Fails only when the record exceeds [`RECORD_BYTES_MAX`].
-pub fn encode(body: &RecordBody) -> Result<Vec<u8>, String> {
-    let mut bytes = vec![FORMAT_VERSION, 0, 0, 0, 0];
-    bincode::serde::encode_into_std_write(body, &mut bytes, config()).map_err(|e| e.to_string())?;
+/// The fields before the event, in `RecordBody` order: encoding them and appending
+/// the event's own bytes gives exactly the bytes of the whole body.
+#[derive(Serialize)]
+struct HeaderRef<'a> {
+    pos: JournalPos,
+    session_id: &'a SessionId,
+    seq: Seq,
+    ts_us: i64,
+    prev_hash: &'a Hash,
+}
+
+/// An event encoded ahead of its record header, so that appenders do the costly part
+/// of encoding in parallel and the single committer only adds the header.
+#[derive(Debug, Clone)]
+pub struct EncodedEvent {
+    /// The event.
+    pub event: Event,
+    /// Its bincode encoding.
+    pub bytes: Vec<u8>,
+}
+
+/// Encodes an event for [`encode_parts`].
+pub fn encode_event(event: Event) -> Result<EncodedEvent, String> {
+    let bytes = bincode::serde::encode_to_vec(&event, config()).map_err(|e| e.to_string())?;
+    if bytes.len() > RECORD_BYTES_MAX - 256 {
+        return Err(format!(
+            "event of {} bytes exceeds the record limit of {RECORD_BYTES_MAX}",
+            bytes.len()
+        ));
+    }
+    Ok(EncodedEvent { event, bytes })
+}
+
+/// Encodes a record from its header fields and an encoded event.
+pub fn encode_parts(
+    pos: JournalPos,
+    session_id: &SessionId,
+    seq: Seq,
+    ts_us: i64,
+    prev_hash: &Hash,
+    event_bytes: &[u8],
+) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::with_capacity(HEADER_BYTES + 80 + event_bytes.len());
+    bytes.extend_from_slice(&[FORMAT_VERSION, 0, 0, 0, 0]);
+    let header = HeaderRef {
+        pos,
+        session_id,
+        seq,
+        ts_us,
+        prev_hash,
+    };
+    bincode::serde::encode_into_std_write(&header, &mut bytes, config())
+        .map_err(|e| e.to_string())?;
+    bytes.extend_from_slice(event_bytes);
+    if bytes.len() > RECORD_BYTES_MAX {
+        return Err(format!(
+            "record of {} bytes exceeds the limit of {RECORD_BYTES_MAX}",
+            bytes.len()
+        ));
+    }
     let crc = crc32fast::hash(&bytes[HEADER_BYTES..]);
     bytes[1..HEADER_BYTES].copy_from_slice(&crc.to_le_bytes());
     Ok(bytes)
+}
+
+/// Encodes a record. Fails only when the record exceeds [`RECORD_BYTES_MAX`].
+pub fn encode(body: &RecordBody) -> Result<Vec<u8>, String> {
+    let event = bincode::serde::encode_to_vec(&body.event, config()).map_err(|e| e.to_string())?;
+    encode_parts(
+        body.pos,
+        &body.session_id,
+        body.seq,
+        body.ts_us,
+        &body.prev_hash,
+        &event,
+    )
 }
 
 /// Decodes and checks a record.
@@ -104,4 +174,69 @@ pub fn decode(bytes: &[u8]) -> Result<RecordBody, DecodeError> {
 /// The hash a session's next record links to.
 pub fn hash(bytes: &[u8]) -> Hash {
     *blake3::hash(bytes).as_bytes()
+}
+
+/// One append request's records inside a group commit: `count` records of one session
+/// from `first_seq`, at consecutive global positions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestEntry {
+    /// The session.
+    pub session_id: SessionId,
+    /// Sequence of its first record.
+    pub first_seq: Seq,
+    /// How many records.
+    pub count: u32,
+}
+
+/// Encodes a batch manifest: `[version][crc32 LE of the rest]` then per entry
+/// `[id length u8][id bytes][first_seq u64 BE][count u32 BE]`. A fixed layout rather
+/// than bincode: it is read on every global-order scan.
+pub fn encode_manifest(entries: &[ManifestEntry]) -> Vec<u8> {
+    let mut bytes = vec![FORMAT_VERSION, 0, 0, 0, 0];
+    for entry in entries {
+        let id = entry.session_id.as_str().as_bytes();
+        // Ids are at most ID_BYTES_MAX (128) bytes, checked when they are parsed.
+        bytes.push(id.len() as u8);
+        bytes.extend_from_slice(id);
+        bytes.extend_from_slice(&entry.first_seq.0.to_be_bytes());
+        bytes.extend_from_slice(&entry.count.to_be_bytes());
+    }
+    let crc = crc32fast::hash(&bytes[HEADER_BYTES..]);
+    bytes[1..HEADER_BYTES].copy_from_slice(&crc.to_le_bytes());
+    bytes
+}
+
+/// Decodes and checks a batch manifest.
+pub fn decode_manifest(bytes: &[u8]) -> Result<Vec<ManifestEntry>, DecodeError> {
+    if bytes.len() < HEADER_BYTES {
+        return Err(DecodeError::Truncated(bytes.len()));
+    }
+    if bytes[0] != FORMAT_VERSION {
+        return Err(DecodeError::Version(bytes[0]));
+    }
+    let stored = u32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
+    let computed = crc32fast::hash(&bytes[HEADER_BYTES..]);
+    if stored != computed {
+        return Err(DecodeError::Checksum { stored, computed });
+    }
+    let mut entries = Vec::new();
+    let mut rest = &bytes[HEADER_BYTES..];
+    while let Some((&length, tail)) = rest.split_first() {
+        let length = usize::from(length);
+        if tail.len() < length + 12 {
+            return Err(DecodeError::Body("manifest entry is truncated".into()));
+        }
+        let id =
+            std::str::from_utf8(&tail[..length]).map_err(|e| DecodeError::Body(e.to_string()))?;
+        let session_id = SessionId::parse(id).map_err(|e| DecodeError::Body(e.to_string()))?;
+        let first_seq = u64::from_be_bytes(tail[length..length + 8].try_into().expect("8 bytes"));
+        let count = u32::from_be_bytes(tail[length + 8..length + 12].try_into().expect("4 bytes"));
+        entries.push(ManifestEntry {
+            session_id,
+            first_seq: Seq(first_seq),
+            count,
+        });
+        rest = &tail[length + 12..];
+    }
+    Ok(entries)
 }

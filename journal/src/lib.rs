@@ -51,6 +51,9 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// An event cannot be encoded (it exceeds the record limit).
+    #[error("event cannot be journaled: {0}")]
+    Encode(String),
     /// An earlier durable write failed; the journal stops accepting appends (fail-stop).
     #[error("the journal stopped accepting appends after a failed write")]
     Stopped,

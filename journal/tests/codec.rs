@@ -107,6 +107,26 @@ fn golden_bytes_of_every_record_type() {
     insta::assert_snapshot!(listing.join("\n"));
 }
 
+/// The batch manifest is on disk too.
+#[test]
+fn golden_bytes_of_the_batch_manifest() {
+    let entries = vec![
+        codec::ManifestEntry {
+            session_id: SessionId::parse("session-1").unwrap(),
+            first_seq: Seq(2),
+            count: 3,
+        },
+        codec::ManifestEntry {
+            session_id: SessionId::parse("s2").unwrap(),
+            first_seq: Seq(0),
+            count: 1,
+        },
+    ];
+    let bytes = codec::encode_manifest(&entries);
+    insta::assert_snapshot!(hex(&bytes));
+    assert_eq!(codec::decode_manifest(&bytes).unwrap(), entries);
+}
+
 #[test]
 fn decode_refuses_other_versions_and_flipped_bytes() {
     let mut bytes = codec::encode(&body(samples().remove(0))).unwrap();

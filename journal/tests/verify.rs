@@ -30,10 +30,17 @@ fn journal_dir() -> tempfile::TempDir {
     dir
 }
 
-fn log_key(pos: u64) -> Vec<u8> {
-    let mut key = vec![b'L'];
-    key.extend_from_slice(&pos.to_be_bytes());
-    key
+/// The sled key of the record at global position `pos` (records are stored by session).
+fn key_of(tree: &sled::Tree, pos: u64) -> sled::IVec {
+    tree.scan_prefix([b'S'])
+        .map(Result::unwrap)
+        .find(|(_, bytes)| codec::decode(bytes).unwrap().pos.0 == pos)
+        .map(|(key, _)| key)
+        .expect("record exists")
+}
+
+fn record_bytes(tree: &sled::Tree, pos: u64) -> sled::IVec {
+    tree.get(key_of(tree, pos)).unwrap().unwrap()
 }
 
 fn tamper(dir: &std::path::Path, edit: impl FnOnce(&sled::Tree)) {
@@ -64,10 +71,11 @@ fn a_sound_journal_verifies() {
 fn a_flipped_byte_is_found_at_its_position() {
     let dir = journal_dir();
     tamper(dir.path(), |tree| {
-        let mut bytes = tree.get(log_key(5)).unwrap().unwrap().to_vec();
+        let key = key_of(tree, 5);
+        let mut bytes = tree.get(&key).unwrap().unwrap().to_vec();
         let middle = bytes.len() / 2;
         bytes[middle] ^= 0x20;
-        tree.insert(log_key(5), bytes).unwrap();
+        tree.insert(key, bytes).unwrap();
     });
     let (pos, reason) = first_bad(dir.path()).unwrap();
     assert_eq!(pos, 5);
@@ -78,7 +86,7 @@ fn a_flipped_byte_is_found_at_its_position() {
 fn a_removed_record_is_found() {
     let dir = journal_dir();
     tamper(dir.path(), |tree| {
-        tree.remove(log_key(4)).unwrap();
+        tree.remove(key_of(tree, 4)).unwrap();
     });
     let (pos, reason) = first_bad(dir.path()).unwrap();
     assert_eq!(pos, 4);
@@ -89,7 +97,7 @@ fn a_removed_record_is_found() {
 fn a_removed_last_record_is_found_through_its_index() {
     let dir = journal_dir();
     tamper(dir.path(), |tree| {
-        tree.remove(log_key(9)).unwrap();
+        tree.remove(key_of(tree, 9)).unwrap();
     });
     let (pos, reason) = first_bad(dir.path()).unwrap();
     assert_eq!(pos, 9);
@@ -100,10 +108,10 @@ fn a_removed_last_record_is_found_through_its_index() {
 fn a_reordered_pair_is_found() {
     let dir = journal_dir();
     tamper(dir.path(), |tree| {
-        let four = tree.get(log_key(4)).unwrap().unwrap();
-        let six = tree.get(log_key(6)).unwrap().unwrap();
-        tree.insert(log_key(4), six).unwrap();
-        tree.insert(log_key(6), four).unwrap();
+        let (four, six) = (key_of(tree, 4), key_of(tree, 6));
+        let (four_bytes, six_bytes) = (record_bytes(tree, 4), record_bytes(tree, 6));
+        tree.insert(four, six_bytes).unwrap();
+        tree.insert(six, four_bytes).unwrap();
     });
     let (pos, reason) = first_bad(dir.path()).unwrap();
     assert_eq!(pos, 4);
@@ -117,15 +125,15 @@ fn a_record_from_another_session_spliced_in_is_found() {
         // Re-encode session a's record 6 as if it were session b's next record, with a
         // valid checksum and a valid link to b's last record: only the stream index and
         // a's own chain can tell.
-        let original = codec::decode(&tree.get(log_key(6)).unwrap().unwrap()).unwrap();
-        let last_b = tree.get(log_key(9)).unwrap().unwrap();
+        let original = codec::decode(&record_bytes(tree, 6)).unwrap();
+        let last_b = record_bytes(tree, 9);
         let forged = RecordBody {
             session_id: SessionId::parse("b").unwrap(),
             seq: turnstile_journal::Seq(5),
             prev_hash: codec::hash(&last_b),
             ..original
         };
-        tree.insert(log_key(6), codec::encode(&forged).unwrap())
+        tree.insert(key_of(tree, 6), codec::encode(&forged).unwrap())
             .unwrap();
     });
     let (pos, reason) = first_bad(dir.path()).unwrap();
@@ -138,14 +146,42 @@ fn a_rewritten_record_breaks_the_next_hash_link() {
     tamper(dir.path(), |tree| {
         // A forger who re-encodes a record with a valid checksum still breaks the link
         // from the session's next record.
-        let mut body = codec::decode(&tree.get(log_key(2)).unwrap().unwrap()).unwrap();
+        let mut body = codec::decode(&record_bytes(tree, 2)).unwrap();
         body.event = event(99);
-        tree.insert(log_key(2), codec::encode(&body).unwrap())
+        tree.insert(key_of(tree, 2), codec::encode(&body).unwrap())
             .unwrap();
     });
     let (pos, reason) = first_bad(dir.path()).unwrap();
     assert_eq!(pos, 4, "{reason}");
     assert!(reason.contains("hash link"), "{reason}");
+}
+
+#[test]
+fn a_damaged_batch_manifest_is_found() {
+    let dir = journal_dir();
+    tamper(dir.path(), |tree| {
+        let (key, manifest) = tree.scan_prefix([b'L']).nth(3).unwrap().unwrap();
+        let mut bytes = manifest.to_vec();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x01;
+        tree.insert(key, bytes).unwrap();
+    });
+    let (pos, reason) = first_bad(dir.path()).unwrap();
+    assert_eq!(pos, 3);
+    assert!(reason.contains("manifest"), "{reason}");
+}
+
+#[test]
+fn a_stray_record_no_manifest_names_is_found() {
+    let dir = journal_dir();
+    tamper(dir.path(), |tree| {
+        // Drop the last batch's manifest: its record stays, named by nothing.
+        let (key, _) = tree.scan_prefix([b'L']).next_back().unwrap().unwrap();
+        tree.remove(key).unwrap();
+    });
+    let (pos, reason) = first_bad(dir.path()).unwrap();
+    assert_eq!(pos, 9);
+    assert!(reason.contains("no batch manifest"), "{reason}");
 }
 
 #[test]

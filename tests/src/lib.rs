@@ -1,1 +1,215 @@
-//! placeholder
+//! Helpers for the cross-crate tests: the real `turnstile` binary on loopback with a
+//! real data directory, SSE parsing, and CLI runs.
+//!
+//! Nothing here mocks a project crate: servers are the built binary, journals are
+//! sled on a temporary directory.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The `turnstile` binary of this workspace, built (once per test process) with the
+/// same profile as the tests, so tests never run a stale binary.
+pub fn turnstile_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test executable path");
+        // target/<profile>/deps/<test> -> target/<profile>
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target profile dir")
+            .to_path_buf();
+        let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
+        let mut build = Command::new(env!("CARGO"));
+        build
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "turnstile-gateway",
+                "--bin",
+                "turnstile",
+                "--target-dir",
+            ])
+            .arg(&target_dir);
+        if profile_dir
+            .file_name()
+            .is_some_and(|name| name == "release")
+        {
+            build.arg("--release");
+        }
+        let status = build.status().expect("cargo build of the turnstile binary");
+        assert!(status.success(), "building the turnstile binary failed");
+        let bin = profile_dir.join("turnstile");
+        assert!(bin.exists(), "no binary at {}", bin.display());
+        bin
+    })
+    .clone()
+}
+
+/// A `turnstile serve` process on a loopback port of its own choosing.
+pub struct Server {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// Its data directory.
+    pub data_dir: PathBuf,
+}
+
+impl Server {
+    /// Starts the server on `data_dir` and waits until it listens.
+    pub fn start(data_dir: &Path) -> Server {
+        Server::start_with(data_dir, &[])
+    }
+
+    /// Starts the server with extra arguments (for example `--config FILE`).
+    pub fn start_with(data_dir: &Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(turnstile_bin())
+            .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn turnstile serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let (sender, receiver) = std::sync::mpsc::channel();
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("listening on http://").nth(1) {
+                    let addr = rest
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_owned();
+                    let _ = sender.send(addr);
+                }
+                if std::env::var_os("TURNSTILE_TEST_LOGS").is_some() {
+                    eprintln!("[server] {line}");
+                }
+            }
+        });
+        let addr = match receiver.recv_timeout(Duration::from_secs(30)) {
+            Ok(addr) => addr,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("turnstile serve did not start listening");
+            }
+        };
+        Server {
+            child,
+            base: format!("http://{addr}"),
+            data_dir: data_dir.to_path_buf(),
+        }
+    }
+
+    /// The URL of `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM, then waits for the exit; returns how long shutdown took.
+    pub fn terminate(mut self) -> Duration {
+        let started = Instant::now();
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill -TERM");
+        assert!(status.success());
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                assert!(status.success(), "turnstile serve exited with {status}");
+                return started.elapsed();
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "turnstile serve ignored SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGKILL: the crash case.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One server-sent event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame {
+    /// `id:` line.
+    pub id: Option<String>,
+    /// `event:` line.
+    pub event: String,
+    /// `data:` as JSON.
+    pub data: serde_json::Value,
+}
+
+/// Parses an SSE body into frames (comments skipped).
+pub fn parse_sse(body: &str) -> Vec<Frame> {
+    body.split("\n\n")
+        .filter_map(|block| {
+            let mut frame = Frame {
+                id: None,
+                event: String::new(),
+                data: serde_json::Value::Null,
+            };
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(value) = line
+                    .strip_prefix("id: ")
+                    .or_else(|| line.strip_prefix("id:"))
+                {
+                    frame.id = Some(value.to_owned());
+                } else if let Some(value) = line
+                    .strip_prefix("event: ")
+                    .or_else(|| line.strip_prefix("event:"))
+                {
+                    frame.event = value.to_owned();
+                } else if let Some(value) = line
+                    .strip_prefix("data: ")
+                    .or_else(|| line.strip_prefix("data:"))
+                {
+                    data.push_str(value);
+                }
+            }
+            if frame.event.is_empty() && data.is_empty() {
+                return None;
+            }
+            frame.data = serde_json::from_str(&data).unwrap_or(serde_json::Value::String(data));
+            Some(frame)
+        })
+        .collect()
+}
+
+/// The event types of frames, in order.
+pub fn event_types(frames: &[Frame]) -> Vec<&str> {
+    frames.iter().map(|frame| frame.event.as_str()).collect()
+}
+
+/// Runs `turnstile ARGS` to completion.
+pub fn turnstile(args: &[&str]) -> Output {
+    Command::new(turnstile_bin())
+        .args(args)
+        .output()
+        .expect("run turnstile")
+}
