@@ -1,0 +1,209 @@
+//! The embedding API at its boundary, on a real journal in a temporary directory:
+//! one turn per session, events journaled before they are seen, streams that start
+//! at any index, cancellation, and a session that resumes from the journal alone.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use turnstile_actors::{AgentSpec, Refused, RunHandle, Runtime, RuntimeConfig, StartRun};
+use turnstile_harness::ScriptedHarness;
+use turnstile_journal::{Event, EventIndex, Seq, SessionId};
+use turnstile_projections::RunStatus;
+
+fn open(dir: &std::path::Path) -> Runtime {
+    Runtime::open(RuntimeConfig {
+        data_dir: dir.to_path_buf(),
+        arbiters: 2,
+        agents: vec![AgentSpec {
+            id: "scripted".into(),
+            name: "Scripted".into(),
+            description: String::new(),
+            harness: Arc::new(ScriptedHarness),
+        }],
+    })
+    .unwrap()
+}
+
+fn turn(session: &str, message: &str) -> StartRun {
+    StartRun {
+        agent_id: "scripted".into(),
+        session_id: Some(SessionId::parse(session).unwrap()),
+        user_id: None,
+        message: message.into(),
+        options: serde_json::json!({}),
+    }
+}
+
+async fn start(runtime: &Runtime, session: &str, message: &str) -> RunHandle {
+    runtime
+        .start_run(turn(session, message))
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+async fn collect(mut handle: RunHandle) -> Vec<(u64, String)> {
+    let mut events = Vec::new();
+    while let Some(event) = handle.events().next().await {
+        let event = event.unwrap();
+        events.push((event.event_index.0, event.event_type.clone()));
+    }
+    events
+}
+
+#[tokio::test]
+async fn a_second_turn_on_a_busy_session_is_refused_with_the_running_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = open(dir.path());
+    let first = start(&runtime, "s1", "/sleep 300\n/reply first").await;
+    let refused = runtime
+        .start_run(turn("s1", "second"))
+        .await
+        .unwrap()
+        .err()
+        .unwrap();
+    assert_eq!(
+        refused,
+        Refused::Busy {
+            session_id: SessionId::parse("s1").unwrap(),
+            run_id: first.run_id.clone()
+        }
+    );
+    // Another session is not held up.
+    let other = start(&runtime, "s2", "hello")
+        .await
+        .outcome()
+        .await
+        .unwrap();
+    assert_eq!(other.status, RunStatus::Completed);
+    let done = first.outcome().await.unwrap();
+    assert_eq!(done.content, "first");
+    // The session accepts a turn as soon as its run is seen to end.
+    let next = start(&runtime, "s1", "again")
+        .await
+        .outcome()
+        .await
+        .unwrap();
+    assert_eq!(next.content, "echo: again");
+    runtime.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn events_stream_in_order_and_every_one_is_in_the_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = open(dir.path());
+    let handle = start(
+        &runtime,
+        "s1",
+        "/tool Read {\"path\":\"a.rs\"}\n/tool-error Bash {\"command\":\"false\"}\n/reply done",
+    )
+    .await;
+    let session_id = handle.session_id.clone();
+    let run_id = handle.run_id.clone();
+    let events = collect(handle).await;
+    let types: Vec<&str> = events.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(
+        types,
+        [
+            "RunStarted",
+            "ToolCallStarted",
+            "ToolCallCompleted",
+            "ToolCallStarted",
+            "ToolCallCompleted",
+            "RunContent",
+            "RunContent",
+            "RunCompleted"
+        ]
+    );
+    let indexes: Vec<u64> = events.iter().map(|(i, _)| *i).collect();
+    assert_eq!(indexes, (0..events.len() as u64).collect::<Vec<_>>());
+    let journaled: Vec<(u64, String)> = runtime
+        .journal()
+        .read_session(&session_id, Seq(0))
+        .filter_map(|record| match record.unwrap().event {
+            Event::RunEventEmitted {
+                run_id: r,
+                event_index,
+                event_type,
+                ..
+            } if r == run_id => Some((event_index.0, event_type)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(journaled, events);
+    let view = runtime.run_view(&run_id).unwrap().unwrap();
+    assert_eq!(view.tools.len(), 2);
+    assert!(view.tools[1].tool_call_error);
+    assert_eq!(view.tools[1].result.as_deref(), Some("error:Bash"));
+    runtime.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_finished_run_replays_from_any_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = open(dir.path());
+    let handle = start(&runtime, "s1", "/tool Read {}\n/reply ok").await;
+    let run_id = handle.run_id.clone();
+    let all = collect(handle).await;
+    let mut tail = runtime
+        .run_events(&run_id, Some(EventIndex(2)))
+        .unwrap()
+        .unwrap();
+    let mut replayed = Vec::new();
+    while let Some(event) = tail.next().await {
+        let event = event.unwrap();
+        replayed.push((event.event_index.0, event.event_type.clone()));
+    }
+    assert_eq!(replayed, all[3..]);
+    runtime.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn cancel_interrupts_a_sleeping_turn_and_keeps_its_tool_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = open(dir.path());
+    let handle = start(&runtime, "s1", "/tool Read {}\n/sleep 30000\n/reply never").await;
+    let run_id = handle.run_id.clone();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let cancelled_at = Instant::now();
+    assert!(runtime.cancel_run(&run_id).await.unwrap());
+    let events = collect(handle).await;
+    assert!(
+        cancelled_at.elapsed() < Duration::from_secs(2),
+        "cancel took {:?}",
+        cancelled_at.elapsed()
+    );
+    assert_eq!(events.last().unwrap().1, "RunCancelled");
+    let view = runtime.run_view(&run_id).unwrap().unwrap();
+    assert_eq!(view.status, RunStatus::Cancelled);
+    assert_eq!(view.content, "Run cancelled");
+    assert_eq!(view.tools.len(), 1);
+    runtime.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_session_resumes_from_the_journal_after_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = open(dir.path());
+    let first = start(&runtime, "s1", "remember the blue door")
+        .await
+        .outcome()
+        .await
+        .unwrap();
+    runtime.shutdown().await.unwrap();
+    drop(runtime);
+
+    let runtime = open(dir.path());
+    let view = runtime.run_view(&first.run_id).unwrap().unwrap();
+    assert_eq!(view.status, RunStatus::Completed);
+    assert_eq!(view.content, "echo: remember the blue door");
+    // The scripted harness sees the transcript the journal handed back.
+    let history = start(&runtime, "s1", "what did I say?\n/history")
+        .await
+        .outcome()
+        .await
+        .unwrap();
+    assert_eq!(history.content, "remember the blue door\nwhat did I say?");
+    assert!(runtime.journal().verify(|_| ()).unwrap().is_ok());
+    runtime.shutdown().await.unwrap();
+}
