@@ -20,6 +20,8 @@ pub const SESSION_HEADS_CACHED_MAX: usize = 65_536;
 pub const SLED_CACHE_BYTES: u64 = 64 * 1024 * 1024;
 /// sled's own background flush interval, in milliseconds; our durability does not rely on it.
 pub const SLED_FLUSH_EVERY_MS: u64 = 500;
+/// How long opening a journal waits for sled's file lock, in milliseconds.
+pub const LOCK_WAIT_MS: u64 = 1_000;
 /// Bytes of one encoded record at most (transcript lines and tool results included).
 pub const RECORD_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// Longest session or run id, in bytes.

@@ -166,6 +166,38 @@ pub(crate) fn be_u64(bytes: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(tail))
 }
 
+/// Opens sled, waiting briefly while the lock is held: sled releases its file lock
+/// only when its background threads let go of the file, shortly after the last handle
+/// of an earlier open in this process is dropped.
+fn open_sled(dir: &Path, options: &JournalOptions) -> Result<sled::Db, Error> {
+    let deadline =
+        std::time::Instant::now() + std::time::Duration::from_millis(limits::LOCK_WAIT_MS);
+    loop {
+        let opened = sled::Config::new()
+            .path(dir)
+            .cache_capacity(options.cache_bytes)
+            .flush_every_ms(Some(limits::SLED_FLUSH_EVERY_MS))
+            .mode(sled::Mode::HighThroughput)
+            .open();
+        match opened {
+            Ok(db) => return Ok(db),
+            // sled wraps the lock's WouldBlock in an error of its own wording.
+            Err(sled::Error::Io(io))
+                if io.kind() == std::io::ErrorKind::WouldBlock
+                    || io.to_string().contains("could not acquire lock") =>
+            {
+                if std::time::Instant::now() >= deadline {
+                    return Err(Error::Locked {
+                        path: dir.display().to_string(),
+                    });
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(other) => return Err(other.into()),
+        }
+    }
+}
+
 fn encode_all(events: Vec<Event>) -> Result<Vec<codec::EncodedEvent>, Error> {
     events
         .into_iter()
@@ -185,24 +217,7 @@ impl Journal {
     /// another process holds it.
     pub fn open(dir: &Path, options: JournalOptions) -> Result<Journal, Error> {
         std::fs::create_dir_all(dir)?;
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(options.cache_bytes)
-            .flush_every_ms(Some(limits::SLED_FLUSH_EVERY_MS))
-            .mode(sled::Mode::HighThroughput)
-            .open()
-            .map_err(|error| match error {
-                // sled wraps the lock's WouldBlock in an error of its own wording.
-                sled::Error::Io(io)
-                    if io.kind() == std::io::ErrorKind::WouldBlock
-                        || io.to_string().contains("could not acquire lock") =>
-                {
-                    Error::Locked {
-                        path: dir.display().to_string(),
-                    }
-                }
-                other => Error::from(other),
-            })?;
+        let db = open_sled(dir, &options)?;
         let tree = db.open_tree("journal")?;
         // sled keeps its log in the `db` file: this is what fdatasync must reach.
         let db_file = File::open(dir.join("db"))?;
