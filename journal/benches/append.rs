@@ -228,7 +228,10 @@ fn main() {
     }
     // The machine is shared and noisy: each cell runs `BENCH_ROUNDS` times, interleaved
     // with its ceilings, and the table shows medians (ratios are medians of per-round ratios).
-    let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
     println!(
         "| appenders | turnstile journal (events/s) | p50 ack (µs) | p99 ack (µs) | raw: insert+flush+fdatasync per append | raw: apply_batch of N, sequential keys | raw: apply_batch of N, per-session keys | journal / batched (sequential) | journal / batched (per-session) | journal / per-append |"
     );

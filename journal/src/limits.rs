@@ -8,6 +8,9 @@
 pub const APPEND_QUEUE_REQUESTS_MAX: usize = 4096;
 /// Requests one group commit takes at most, so one sync never grows without bound.
 pub const GROUP_COMMIT_REQUESTS_MAX: usize = 1024;
+/// How long the committer waits for a group to fill up to the last group's size, in
+/// microseconds. A lone appender (last group of one) never waits.
+pub const GROUP_COMMIT_LINGER_US: u64 = 200;
 /// Records the live subscription channel buffers; a reader that falls further behind
 /// re-reads from the journal instead of blocking writers.
 pub const LIVE_BROADCAST_RECORDS: usize = 4096;

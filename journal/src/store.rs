@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -615,14 +616,26 @@ struct SyncJob {
 impl Committer {
     fn run(mut self, mut receiver: mpsc::Receiver<Request>) {
         let mut requests = Vec::with_capacity(limits::GROUP_COMMIT_REQUESTS_MAX);
+        let mut last_batch = 1;
         while let Some(first) = receiver.blocking_recv() {
             requests.push(first);
+            // Linger briefly for as many requests as the last batch had: appenders
+            // answered together come back together, a little apart. Without this, a
+            // steady load splits into small batches and pays a sync for each.
+            let linger_until =
+                Instant::now() + Duration::from_micros(limits::GROUP_COMMIT_LINGER_US);
             while requests.len() < limits::GROUP_COMMIT_REQUESTS_MAX {
                 match receiver.try_recv() {
                     Ok(request) => requests.push(request),
+                    Err(mpsc::error::TryRecvError::Empty)
+                        if requests.len() < last_batch && Instant::now() < linger_until =>
+                    {
+                        std::thread::yield_now();
+                    }
                     Err(_) => break,
                 }
             }
+            last_batch = requests.len();
             self.commit(&mut requests);
         }
     }
