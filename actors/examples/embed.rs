@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use turnstile_actors::{AgentSpec, Runtime, RuntimeConfig, StartRun};
+use turnstile_actors::{AgentSpec, Multitask, RetryPolicy, Runtime, RuntimeConfig, StartRun};
 use turnstile_harness::ScriptedHarness;
 
 #[tokio::main]
@@ -15,22 +15,24 @@ async fn main() -> anyhow::Result<()> {
         .nth(1)
         .map(Into::into)
         .unwrap_or_else(|| std::env::temp_dir().join("turnstile-embed"));
-    let runtime = Runtime::open(RuntimeConfig {
+    let runtime = Runtime::open(RuntimeConfig::new(
         data_dir,
-        arbiters: 2,
-        agents: vec![AgentSpec {
+        vec![AgentSpec {
             id: "scripted".into(),
             name: "Scripted".into(),
             description: "the built-in scripted harness".into(),
             harness: Arc::new(ScriptedHarness),
+            retry: RetryPolicy::default(),
         }],
-    })?;
+    ))?;
     let command = StartRun {
         agent_id: "scripted".into(),
         session_id: None,
         user_id: None,
         message: "list the files\n/tool Bash {\"command\":\"ls\"}\n/reply done".into(),
         options: serde_json::json!({}),
+        multitask: Multitask::Reject,
+        idempotency_key: None,
     };
     let mut run = match runtime.start_run(command).await? {
         Ok(run) => run,

@@ -14,6 +14,8 @@ mod runtime;
 mod session;
 mod stream;
 
-pub use run::WireEvent;
-pub use runtime::{AgentSpec, Refused, RunHandle, Runtime, RuntimeConfig, RuntimeError, StartRun};
+pub use run::{RetryPolicy, WireEvent};
+pub use runtime::{
+    AgentSpec, Multitask, Refused, RunHandle, Runtime, RuntimeConfig, RuntimeError, StartRun,
+};
 pub use stream::RunEvents;

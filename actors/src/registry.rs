@@ -1,7 +1,8 @@
 //! The registry: finds a session's actor, creating it on the next arbiter.
 //!
 //! Sessions are spread round-robin over the arbiter threads; a session's actor lives
-//! on one arbiter for its whole life, so its turns never hop threads.
+//! on one arbiter for its whole life, so its turns never hop threads. A passivated
+//! actor is forgotten here, and rebuilt from the journal on its next command.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use turnstile_journal::SessionId;
 
-use crate::session::{SessionActor, Shared};
+use crate::session::{SessionActor, Shared, Wake};
 
 pub(crate) struct Registry {
     shared: Arc<Shared>,
@@ -37,13 +38,40 @@ impl Actor for Registry {
 #[rtype(result = "Addr<SessionActor>")]
 pub(crate) struct GetSession(pub SessionId);
 
+/// A session actor stopped after being idle.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Passivated {
+    pub session_id: SessionId,
+    pub address: Addr<SessionActor>,
+}
+
+/// Creates the session's actor if it is not in memory (start-up recovery).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct WakeSession(pub SessionId);
+
+impl Handler<WakeSession> for Registry {
+    type Result = ();
+
+    fn handle(&mut self, WakeSession(session_id): WakeSession, ctx: &mut Self::Context) {
+        let address = <Self as Handler<GetSession>>::handle(self, GetSession(session_id), ctx).0;
+        address.do_send(Wake);
+    }
+}
+
+/// How many session actors are alive.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub(crate) struct CountSessions;
+
 impl Handler<GetSession> for Registry {
     type Result = MessageResult<GetSession>;
 
     fn handle(
         &mut self,
         GetSession(session_id): GetSession,
-        _: &mut Self::Context,
+        ctx: &mut Self::Context,
     ) -> Self::Result {
         if let Some(address) = self.sessions.get(&session_id) {
             if address.connected() {
@@ -53,10 +81,35 @@ impl Handler<GetSession> for Registry {
         let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
         self.next_arbiter = self.next_arbiter.wrapping_add(1);
         let shared = self.shared.clone();
+        let registry = ctx.address();
         let id = session_id.clone();
-        let address =
-            SessionActor::start_in_arbiter(arbiter, move |_| SessionActor::new(id, shared));
+        let address = SessionActor::start_in_arbiter(arbiter, move |_| {
+            SessionActor::new(id, shared, registry)
+        });
         self.sessions.insert(session_id, address.clone());
         MessageResult(address)
+    }
+}
+
+impl Handler<Passivated> for Registry {
+    type Result = ();
+
+    fn handle(&mut self, passivated: Passivated, _: &mut Self::Context) {
+        // Only forget the actor that stopped, not a newer one for the same session.
+        if self
+            .sessions
+            .get(&passivated.session_id)
+            .is_some_and(|known| *known == passivated.address)
+        {
+            self.sessions.remove(&passivated.session_id);
+        }
+    }
+}
+
+impl Handler<CountSessions> for Registry {
+    type Result = usize;
+
+    fn handle(&mut self, _: CountSessions, _: &mut Self::Context) -> usize {
+        self.sessions.len()
     }
 }

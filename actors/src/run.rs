@@ -1,13 +1,14 @@
 //! Driving one run: a harness turn whose every event is journaled, then broadcast.
 //!
-//! The run task turns harness events into journal events, appends whatever has
+//! The run task runs a turn's attempts (retrying transient failures after a delay,
+//! resuming the same harness session), turns harness events into journal events, appends whatever has
 //! arrived in one group (so a fast harness costs one sync per batch, not per token),
 //! and only then shows the client-visible ones to streams. The terminal events are
 //! handed back to the session actor, which journals them and frees the session in the
 //! same step, so a client that sees a run end can start the next turn at once.
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
@@ -120,28 +121,139 @@ pub(crate) struct Finished {
     pub terminal: Vec<Event>,
 }
 
+/// How a run retries failed attempts (agno's `retries`, `delay_between_retries`,
+/// `exponential_backoff`; defaults 0, 1 s, false).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    /// Attempts after the first.
+    pub retries: u32,
+    /// Delay before a retry, in seconds.
+    pub delay_between_retries_s: f64,
+    /// Double the delay after each failed attempt.
+    pub exponential_backoff: bool,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            retries: 0,
+            delay_between_retries_s: 1.0,
+            exponential_backoff: false,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// All attempts a run may make.
+    pub fn max_attempts(&self) -> u32 {
+        self.retries.saturating_add(1)
+    }
+
+    /// The delay after failed attempt `attempt` (1-based): `d`, or `d * 2^(attempt-1)`.
+    pub fn delay_s(&self, attempt: u32) -> f64 {
+        if self.exponential_backoff {
+            self.delay_between_retries_s * 2f64.powi(attempt.saturating_sub(1).min(30) as i32)
+        } else {
+            self.delay_between_retries_s
+        }
+        .max(0.0)
+    }
+}
+
 pub(crate) struct RunTask {
     pub identity: RunIdentity,
     pub journal: Journal,
     pub harness: Arc<dyn Harness>,
     pub request: TurnRequest,
+    pub policy: RetryPolicy,
     pub cancel: CancellationToken,
     pub live: broadcast::Sender<Arc<WireEvent>>,
     pub next_index: EventIndex,
+    /// The worker slot this run holds; released when the task ends.
+    pub slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+enum AttemptEnd {
+    Harness(Result<TurnOutcome, HarnessError>),
+    Journal(String),
 }
 
 impl RunTask {
-    /// Runs the turn to its end; never panics on a harness or journal failure: both
-    /// become the run's error.
+    /// Runs the turn, with its retries, to its end; never panics on a harness or
+    /// journal failure: both become the run's error.
     pub(crate) async fn drive(mut self) -> Finished {
         let started = Instant::now();
+        let mut records = Vec::new();
+        let mut first_token: Option<f64> = None;
+        let max_attempts = self.policy.max_attempts().max(self.request.attempt);
+        let terminal = loop {
+            let end = self.attempt(&mut records, &mut first_token, started).await;
+            let (kind, message) = match end {
+                AttemptEnd::Journal(error) => break self.failed("journal_error", &error, false),
+                AttemptEnd::Harness(Ok(outcome)) => {
+                    break self.completed(outcome, started, first_token);
+                }
+                AttemptEnd::Harness(Err(HarnessError::Cancelled)) => break self.cancelled(),
+                AttemptEnd::Harness(Err(HarnessError::Failed { kind, message })) => (kind, message),
+            };
+            let attempt = self.request.attempt;
+            let retry = kind.is_retryable() && attempt < max_attempts;
+            let mut events = vec![Event::AttemptFailed {
+                run_id: self.identity.run_id.clone(),
+                attempt,
+                error_type: kind.slug().to_owned(),
+                message: message.clone(),
+                retryable: kind.is_retryable(),
+            }];
+            if !retry {
+                if let Err(error) = self.append(events, &mut records).await {
+                    break self.failed("journal_error", &error, false);
+                }
+                break self.failed(kind.slug(), &message, kind.is_retryable());
+            }
+            let delay_s = self.policy.delay_s(attempt);
+            let index = self.take_index();
+            events.push(self.identity.emitted(
+                index,
+                "CustomEvent",
+                json!({"warning": {
+                    "type": "retry",
+                    "attempt": attempt,
+                    "attempts": max_attempts,
+                    "delay": delay_s,
+                    "error_type": kind.slug(),
+                    "message": message,
+                }}),
+            ));
+            if let Err(error) = self.append(events, &mut records).await {
+                break self.failed("journal_error", &error, false);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs_f64(delay_s)) => {}
+                _ = self.cancel.cancelled() => break self.cancelled(),
+            }
+            self.request.attempt += 1;
+        };
+        drop(self.slot);
+        Finished {
+            run_id: self.identity.run_id.clone(),
+            records,
+            terminal,
+        }
+    }
+
+    /// One attempt: the harness turn, every event journaled before it is shown. The
+    /// next attempt resumes the harness session this one used, with its transcript.
+    async fn attempt(
+        &mut self,
+        records: &mut Vec<Arc<Recorded>>,
+        first_token: &mut Option<f64>,
+        started: Instant,
+    ) -> AttemptEnd {
         let (sender, mut receiver) = mpsc::channel(HARNESS_EVENTS_BUFFERED);
         let mut turn = self
             .harness
             .run_turn(self.request.clone(), sender, self.cancel.clone());
-        let mut records = Vec::new();
-        let mut harness_session_id = self.request.harness_session_id.clone().unwrap_or_default();
-        let mut first_token: Option<f64> = None;
         let mut result: Option<Result<TurnOutcome, HarnessError>> = None;
         let mut journal_error: Option<String> = None;
         loop {
@@ -161,95 +273,69 @@ impl RunTask {
             let mut events = Vec::with_capacity(batch.len());
             for event in batch {
                 if first_token.is_none() && matches!(event, HarnessEvent::ContentDelta { .. }) {
-                    first_token = Some(started.elapsed().as_secs_f64());
+                    *first_token = Some(started.elapsed().as_secs_f64());
                 }
-                events.push(self.journal_event(event, &mut harness_session_id));
+                events.push(self.journal_event(event));
             }
-            match self.append(events).await {
-                Ok(appended) => records.extend(appended),
-                Err(error) => {
-                    // The turn cannot be recorded, so it must not go on unrecorded.
-                    tracing::error!(run_id = %self.identity.run_id, %error, "journal append failed");
-                    journal_error = Some(error);
-                    self.cancel.cancel();
-                }
+            if let Err(error) = self.append(events, records).await {
+                // The turn cannot be recorded, so it must not go on unrecorded.
+                tracing::error!(run_id = %self.identity.run_id, %error, "journal append failed");
+                journal_error = Some(error);
+                self.cancel.cancel();
             }
         }
         let result = match result {
             Some(result) => result,
             None => turn.await,
         };
-        let duration = started.elapsed().as_secs_f64();
-        let terminal = match (journal_error, result) {
-            (Some(error), _) => self.failed("journal_error", &error, false),
-            (None, Ok(outcome)) => {
-                let usage = &outcome.usage;
-                let metrics = json!({
-                    "input_tokens": usage.input_tokens,
-                    "output_tokens": usage.output_tokens,
-                    "total_tokens": usage.input_tokens + usage.output_tokens,
-                    "cache_read_tokens": usage.cache_read_tokens,
-                    "cache_write_tokens": usage.cache_write_tokens,
-                    "reasoning_tokens": usage.reasoning_tokens,
-                    "cost": usage.cost_usd,
-                    "duration": duration,
-                    "time_to_first_token": first_token,
-                });
-                let index = self.take_index();
-                vec![
-                    self.identity.emitted(
-                        index,
-                        "RunCompleted",
-                        json!({"content": outcome.content, "content_type": "str", "metrics": metrics}),
-                    ),
-                    Event::RunCompleted {
-                        run_id: self.identity.run_id.clone(),
-                        content: outcome.content,
-                        content_type: "str".into(),
-                        metrics: metrics.to_string(),
-                    },
-                ]
-            }
-            (None, Err(HarnessError::Cancelled)) => {
-                let index = self.take_index();
-                vec![
-                    self.identity.emitted(
-                        index,
-                        "RunCancelled",
-                        json!({"reason": "Run cancelled", "content": "Run cancelled"}),
-                    ),
-                    Event::RunCancelled {
-                        run_id: self.identity.run_id.clone(),
-                        reason: "Run cancelled".into(),
-                    },
-                ]
-            }
-            (None, Err(HarnessError::Failed { kind, message })) => {
-                self.failed(kind.slug(), &message, kind.is_retryable())
-            }
-        };
-        Finished {
-            run_id: self.identity.run_id.clone(),
-            records,
-            terminal,
+        match journal_error {
+            Some(error) => AttemptEnd::Journal(error),
+            None => AttemptEnd::Harness(result),
         }
     }
 
-    fn failed(&mut self, error_type: &str, message: &str, retryable: bool) -> Vec<Event> {
+    fn completed(
+        &mut self,
+        outcome: TurnOutcome,
+        started: Instant,
+        first_token: Option<f64>,
+    ) -> Vec<Event> {
+        let usage = &outcome.usage;
+        let metrics = json!({
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "total_tokens": usage.input_tokens + usage.output_tokens,
+            "cache_read_tokens": usage.cache_read_tokens,
+            "cache_write_tokens": usage.cache_write_tokens,
+            "reasoning_tokens": usage.reasoning_tokens,
+            "cost": usage.cost_usd,
+            "duration": started.elapsed().as_secs_f64(),
+            "time_to_first_token": first_token,
+        });
         let index = self.take_index();
         vec![
             self.identity.emitted(
                 index,
-                "RunError",
-                json!({"content": message, "error_type": error_type}),
+                "RunCompleted",
+                json!({"content": outcome.content, "content_type": "str", "metrics": metrics}),
             ),
-            Event::RunFailed {
+            Event::RunCompleted {
                 run_id: self.identity.run_id.clone(),
-                error_type: error_type.to_owned(),
-                message: message.to_owned(),
-                retryable,
+                content: outcome.content,
+                content_type: "str".into(),
+                metrics: metrics.to_string(),
             },
         ]
+    }
+
+    fn cancelled(&mut self) -> Vec<Event> {
+        let index = self.take_index();
+        cancelled_events(&self.identity, index)
+    }
+
+    fn failed(&mut self, error_type: &str, message: &str, retryable: bool) -> Vec<Event> {
+        let index = self.take_index();
+        failed_events(&self.identity, index, error_type, message, retryable)
     }
 
     fn take_index(&mut self) -> EventIndex {
@@ -258,24 +344,25 @@ impl RunTask {
         index
     }
 
-    fn journal_event(&mut self, event: HarnessEvent, harness_session_id: &mut String) -> Event {
+    fn journal_event(&mut self, event: HarnessEvent) -> Event {
         let run_id = self.identity.run_id.clone();
         match event {
-            HarnessEvent::SessionStarted {
-                harness_session_id: id,
-            } => {
-                *harness_session_id = id.clone();
+            HarnessEvent::SessionStarted { harness_session_id } => {
+                self.request.harness_session_id = Some(harness_session_id.clone());
                 Event::AttemptStarted {
                     run_id,
                     attempt: self.request.attempt,
-                    harness_session_id: id,
+                    harness_session_id,
                 }
             }
-            HarnessEvent::TranscriptLine { line } => Event::TranscriptLineAppended {
-                run_id,
-                harness_session_id: harness_session_id.clone(),
-                line,
-            },
+            HarnessEvent::TranscriptLine { line } => {
+                self.request.transcript.push(line.clone());
+                Event::TranscriptLineAppended {
+                    run_id,
+                    harness_session_id: self.request.harness_session_id.clone().unwrap_or_default(),
+                    line,
+                }
+            }
             HarnessEvent::ContentDelta { text } => {
                 let index = self.take_index();
                 self.identity.emitted(
@@ -300,16 +387,59 @@ impl RunTask {
         }
     }
 
-    async fn append(&self, events: Vec<Event>) -> Result<Vec<Arc<Recorded>>, String> {
-        let records = self
+    async fn append(
+        &self,
+        events: Vec<Event>,
+        records: &mut Vec<Arc<Recorded>>,
+    ) -> Result<(), String> {
+        let appended = self
             .journal
             .append(&self.identity.session_id, Expected::Any, events)
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
-        broadcast_wire(&self.live, &records);
-        Ok(records)
+        broadcast_wire(&self.live, &appended);
+        records.extend(appended);
+        Ok(())
     }
+}
+
+/// The terminal events of a cancelled run.
+pub(crate) fn cancelled_events(identity: &RunIdentity, index: EventIndex) -> Vec<Event> {
+    vec![
+        identity.emitted(
+            index,
+            "RunCancelled",
+            json!({"reason": "Run cancelled", "content": "Run cancelled"}),
+        ),
+        Event::RunCancelled {
+            run_id: identity.run_id.clone(),
+            reason: "Run cancelled".into(),
+        },
+    ]
+}
+
+/// The terminal events of a failed run.
+pub(crate) fn failed_events(
+    identity: &RunIdentity,
+    index: EventIndex,
+    error_type: &str,
+    message: &str,
+    retryable: bool,
+) -> Vec<Event> {
+    vec![
+        identity.emitted(
+            index,
+            "RunError",
+            json!({"content": message, "error_type": error_type}),
+        ),
+        Event::RunFailed {
+            run_id: identity.run_id.clone(),
+            error_type: error_type.to_owned(),
+            message: message.to_owned(),
+            retryable,
+        },
+    ]
 }
 
 /// Shows durable records' wire events to the run's live streams.

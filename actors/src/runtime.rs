@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -18,7 +18,8 @@ use turnstile_journal::limits::SHUTDOWN_DRAIN_MS;
 use turnstile_journal::{EventIndex, Journal, JournalOptions, RunId, Seq, SessionId};
 use turnstile_projections::{RunView, SessionState};
 
-use crate::registry::{GetSession, Registry};
+use crate::registry::{CountSessions, GetSession, Registry, WakeSession};
+use crate::run::RetryPolicy;
 use crate::session::{CancelRunMsg, Shared, StartRunMsg};
 use crate::stream::RunEvents;
 
@@ -33,6 +34,8 @@ pub struct AgentSpec {
     pub description: String,
     /// The harness.
     pub harness: Arc<dyn Harness>,
+    /// How failed attempts are retried.
+    pub retry: RetryPolicy,
 }
 
 /// How to open a runtime.
@@ -43,6 +46,37 @@ pub struct RuntimeConfig {
     pub arbiters: usize,
     /// The agents.
     pub agents: Vec<AgentSpec>,
+    /// Runs executing at once, across sessions (worker slots).
+    pub max_concurrent_runs: usize,
+    /// Runs accepted and not yet started, across sessions; beyond it starts are refused.
+    pub max_queued_runs: usize,
+    /// How long a session actor stays in memory with nothing to do.
+    pub session_idle: Duration,
+}
+
+impl RuntimeConfig {
+    /// A configuration with the defaults of `spec/cli.md` (8 slots, 10,000 queued runs)
+    /// and a 60 s idle time.
+    pub fn new(data_dir: PathBuf, agents: Vec<AgentSpec>) -> Self {
+        RuntimeConfig {
+            data_dir,
+            arbiters: 2,
+            agents,
+            max_concurrent_runs: 8,
+            max_queued_runs: 10_000,
+            session_idle: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What to do with a turn for a session that is busy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Multitask {
+    /// Refuse it with the running run's id (agno's `SessionBusyError`).
+    #[default]
+    Reject,
+    /// Queue it behind the session's runs, first in, first out.
+    Enqueue,
 }
 
 /// A turn to start.
@@ -58,6 +92,10 @@ pub struct StartRun {
     pub message: String,
     /// Run options, recorded with the run (JSON object).
     pub options: serde_json::Value,
+    /// Busy-session behaviour.
+    pub multitask: Multitask,
+    /// A client key: a repeated submission with it returns the first run.
+    pub idempotency_key: Option<String>,
 }
 
 /// A start refused for a reason the caller can act on: an expected outcome.
@@ -86,6 +124,12 @@ pub enum Refused {
         session_id: SessionId,
         /// Its agent.
         agent_id: String,
+    },
+    /// The durable queue holds its limit of runs.
+    #[error("The run queue is full ({limit} runs waiting); try again later.")]
+    QueueFull {
+        /// The limit.
+        limit: usize,
     },
     /// The runtime is shutting down.
     #[error("turnstile is shutting down")]
@@ -118,6 +162,8 @@ struct Inner {
     system: System,
     thread: Mutex<Option<JoinHandle<()>>>,
     agents: Vec<AgentSpec>,
+    /// Serializes submissions that carry an idempotency key (check, then bind).
+    idempotent: tokio::sync::Mutex<()>,
 }
 
 /// The embedding API; cheap to clone.
@@ -132,6 +178,8 @@ pub struct RunHandle {
     pub run_id: RunId,
     /// Its session.
     pub session_id: SessionId,
+    /// An earlier run returned for a repeated idempotency key.
+    pub reused: bool,
     events: RunEvents,
     runtime: Runtime,
 }
@@ -160,10 +208,10 @@ impl RunHandle {
 
 impl Runtime {
     /// Opens the journal in `config.data_dir` and starts the actor system.
-    /// Must be called inside a tokio runtime only if the caller later awaits on it;
-    /// opening itself is synchronous.
+    /// Sessions with runs left open by an earlier process wake at once and resolve them.
     pub fn open(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
         let journal = Journal::open(&config.data_dir, JournalOptions::default())?;
+        let open_runs = journal.open_runs()?;
         let shared = Arc::new(Shared {
             journal,
             agents: config
@@ -173,6 +221,12 @@ impl Runtime {
                 .collect(),
             live_runs: Mutex::new(HashMap::new()),
             accepting: AtomicBool::new(true),
+            slots: Arc::new(tokio::sync::Semaphore::new(
+                config.max_concurrent_runs.max(1),
+            )),
+            queued: AtomicUsize::new(0),
+            max_queued_runs: config.max_queued_runs,
+            session_idle: config.session_idle,
         });
         let arbiter_count = config.arbiters.max(1);
         let (sender, receiver) = std::sync::mpsc::channel();
@@ -197,6 +251,16 @@ impl Runtime {
             })
             .map_err(|error| RuntimeError::Internal(error.to_string()))?;
         let (system, registry) = receiver.recv().map_err(|_| RuntimeError::Stopped)?;
+        // No ghost runs: every session with a run left open wakes now and resolves it.
+        let mut sessions: Vec<SessionId> = open_runs
+            .into_iter()
+            .map(|(_, session_id)| session_id)
+            .collect();
+        sessions.sort();
+        sessions.dedup();
+        for session_id in sessions {
+            registry.do_send(WakeSession(session_id));
+        }
         Ok(Runtime {
             inner: Arc::new(Inner {
                 shared,
@@ -204,6 +268,7 @@ impl Runtime {
                 system,
                 thread: Mutex::new(Some(thread)),
                 agents: config.agents,
+                idempotent: tokio::sync::Mutex::new(()),
             }),
         })
     }
@@ -223,8 +288,9 @@ impl Runtime {
         self.inner.agents.iter().find(|agent| agent.id == agent_id)
     }
 
-    /// Starts a run. Returns once the run is in the journal; refuses at once when the
-    /// session has a run in flight.
+    /// Accepts a run: returns once `RunQueued` is in the journal. The run starts when
+    /// its session is free and a worker slot is; with [`Multitask::Reject`] a busy
+    /// session refuses at once with the id of the run it is busy with.
     pub async fn start_run(
         &self,
         command: StartRun,
@@ -237,26 +303,63 @@ impl Runtime {
                 agent_id: command.agent_id,
             }));
         }
-        let session_id = command.session_id.clone().unwrap_or_else(SessionId::new_v7);
-        let inner = self.inner.clone();
-        let target = session_id.clone();
-        let started = tokio::spawn(async move {
-            let session = inner.registry.send(GetSession(target)).await?;
-            session.send(StartRunMsg(command)).await?
+        let runtime = self.clone();
+        tokio::spawn(async move {
+            let _serialized = match &command.idempotency_key {
+                Some(key) => {
+                    let guard = runtime.inner.idempotent.lock().await;
+                    if let Some(run_id) = runtime.journal().run_of_idempotency_key(key)? {
+                        if let Some(mut handle) = runtime.handle_of(&run_id)? {
+                            handle.reused = true;
+                            return Ok(Ok(handle));
+                        }
+                    }
+                    Some(guard)
+                }
+                None => None,
+            };
+            let session_id = command.session_id.clone().unwrap_or_else(SessionId::new_v7);
+            let session = runtime
+                .inner
+                .registry
+                .send(GetSession(session_id.clone()))
+                .await?;
+            let accepted = match session.send(StartRunMsg(command)).await?? {
+                Ok(accepted) => accepted,
+                Err(refused) => return Ok(Err(refused)),
+            };
+            Ok(Ok(RunHandle {
+                events: RunEvents::new(
+                    runtime.journal().clone(),
+                    session_id.clone(),
+                    accepted.run_id.clone(),
+                    accepted.from_seq,
+                    Some(accepted.live),
+                    EventIndex(0),
+                ),
+                run_id: accepted.run_id,
+                session_id,
+                reused: false,
+                runtime: runtime.clone(),
+            }))
         })
         .await
-        .map_err(|error| RuntimeError::Internal(error.to_string()))??;
-        Ok(started.map(|started| RunHandle {
-            events: RunEvents::new(
-                self.journal().clone(),
-                session_id.clone(),
-                started.run_id.clone(),
-                started.from_seq,
-                Some(started.live),
-                EventIndex(0),
-            ),
-            run_id: started.run_id,
-            session_id,
+        .map_err(|error| RuntimeError::Internal(error.to_string()))?
+    }
+
+    /// A handle on an existing run, its events from index 0.
+    fn handle_of(&self, run_id: &RunId) -> Result<Option<RunHandle>, RuntimeError> {
+        let Some(events) = self.run_events(run_id, None)? else {
+            return Ok(None);
+        };
+        let Some(view) = self.run_view(run_id)? else {
+            return Ok(None);
+        };
+        Ok(Some(RunHandle {
+            run_id: view.run_id,
+            session_id: view.session_id,
+            reused: false,
+            events,
             runtime: self.clone(),
         }))
     }
@@ -320,7 +423,15 @@ impl Runtime {
         .map_err(|error| RuntimeError::Internal(error.to_string()))?
     }
 
-    /// Runs in flight in this process.
+    /// Session actors in memory (the rest are passivated).
+    pub async fn sessions_in_memory(&self) -> Result<usize, RuntimeError> {
+        let registry = self.inner.registry.clone();
+        tokio::spawn(async move { Ok(registry.send(CountSessions).await?) })
+            .await
+            .map_err(|error| RuntimeError::Internal(error.to_string()))?
+    }
+
+    /// Runs accepted and not yet ended in this process (queued or running).
     pub fn runs_in_flight(&self) -> usize {
         self.inner
             .shared

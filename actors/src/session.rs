@@ -1,33 +1,46 @@
-//! The session actor: one per session, one turn at a time.
+//! The session actor: one per session, one turn at a time, a durable FIFO of turns.
 //!
-//! It rebuilds its state by folding its journal stream when it starts, resolves runs
-//! that a stopped process left open, refuses a second turn while one is in flight
-//! (with the running run's id), journals the start of each run before anyone sees it,
-//! and journals the end of a run and frees the session in one step.
+//! It rebuilds its state by folding its journal stream when it starts and resolves
+//! what a stopped process left open: queued runs queue again; a run that was running
+//! gets a new attempt when it has attempts left, else ends `ERROR`. A turn is accepted
+//! by journaling `RunQueued`; the session's head-of-line run is elected first and only
+//! then takes a worker slot, so a turn waiting behind its session costs neither an
+//! attempt nor a slot. The end of a run is journaled and the session freed in one step.
+//! An idle actor passivates; the next command rebuilds it from the journal.
 
-use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use serde_json::json;
-use tokio::sync::broadcast;
+use tokio::sync::{Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 use turnstile_harness::TurnRequest;
 use turnstile_journal::limits::{RUN_BROADCAST_EVENTS, SESSION_MAILBOX_MESSAGES};
 use turnstile_journal::{Event, EventIndex, Expected, Journal, Recorded, RunId, Seq, SessionId};
-use turnstile_projections::SessionState;
+use turnstile_projections::{RunStatus, SessionState};
 
-use crate::run::{Finished, RunIdentity, RunTask, WireEvent, broadcast_wire};
-use crate::runtime::{AgentSpec, Refused, RuntimeError, StartRun};
+use crate::registry::{Passivated, Registry};
+use crate::run::{
+    Finished, RunIdentity, RunTask, WireEvent, broadcast_wire, cancelled_events, failed_events,
+};
+use crate::runtime::{AgentSpec, Multitask, Refused, RuntimeError, StartRun};
 
 /// What every actor of one runtime shares.
 pub(crate) struct Shared {
     pub journal: Journal,
     pub agents: HashMap<String, AgentSpec>,
-    /// Live channels of runs in flight, so streams can join without asking the actor.
+    /// Live channels of runs not yet ended, so streams can join without asking the actor.
     pub live_runs: Mutex<HashMap<RunId, broadcast::Sender<Arc<WireEvent>>>>,
     pub accepting: AtomicBool,
+    /// Worker slots: runs executing at once.
+    pub slots: Arc<Semaphore>,
+    /// Runs accepted and not yet started, across sessions.
+    pub queued: AtomicUsize,
+    pub max_queued_runs: usize,
+    pub session_idle: Duration,
 }
 
 impl Shared {
@@ -39,8 +52,26 @@ impl Shared {
             .map(broadcast::Sender::subscribe)
     }
 
+    /// The run's live channel, created when missing.
+    fn ensure_live(&self, run_id: &RunId) -> broadcast::Sender<Arc<WireEvent>> {
+        let mut runs = self
+            .live_runs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        runs.entry(run_id.clone())
+            .or_insert_with(|| broadcast::channel(RUN_BROADCAST_EVENTS).0)
+            .clone()
+    }
+
     fn remove_live(&self, run_id: &RunId) -> Option<broadcast::Sender<Arc<WireEvent>>> {
         self.live_runs.lock().ok()?.remove(run_id)
+    }
+
+    fn agent_name(&self, agent_id: &str) -> String {
+        self.agents
+            .get(agent_id)
+            .map(|agent| agent.name.clone())
+            .unwrap_or_else(|| agent_id.to_owned())
     }
 }
 
@@ -49,90 +80,302 @@ struct InFlight {
     cancel: CancellationToken,
 }
 
+/// A run waiting for its turn.
+struct Queued {
+    run_id: RunId,
+    /// `RunQueued` is durable (a run is queued before its append returns, so that a
+    /// concurrent start sees the session busy).
+    durable: bool,
+    /// The run was running when a process stopped: it resumes with a new attempt.
+    resume: bool,
+}
+
 pub(crate) struct SessionActor {
     session_id: SessionId,
     shared: Arc<Shared>,
+    registry: Addr<Registry>,
     state: SessionState,
+    queue: VecDeque<Queued>,
     in_flight: Option<InFlight>,
+    /// Waiting for a worker slot for the head of the queue.
+    electing: bool,
+    last_active: Instant,
     /// Set when the journal could not be read: the actor refuses work rather than guess.
     broken: Option<String>,
 }
 
-/// A run accepted and started.
-pub(crate) struct Started {
+/// A run accepted.
+pub(crate) struct Accepted {
     pub run_id: RunId,
     pub live: broadcast::Receiver<Arc<WireEvent>>,
     pub from_seq: Seq,
 }
 
 #[derive(Message)]
-#[rtype(result = "Result<Result<Started, Refused>, RuntimeError>")]
+#[rtype(result = "Result<Result<Accepted, Refused>, RuntimeError>")]
 pub(crate) struct StartRunMsg(pub StartRun);
 
 #[derive(Message)]
 #[rtype(result = "bool")]
 pub(crate) struct CancelRunMsg(pub RunId);
 
+/// Makes sure the actor exists (start-up recovery).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Wake;
+
 #[derive(Message)]
 #[rtype(result = "()")]
 struct RunFinishedMsg(Finished);
 
 impl SessionActor {
-    pub(crate) fn new(session_id: SessionId, shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(
+        session_id: SessionId,
+        shared: Arc<Shared>,
+        registry: Addr<Registry>,
+    ) -> Self {
         SessionActor {
             state: SessionState::new(session_id.clone()),
             session_id,
             shared,
+            registry,
+            queue: VecDeque::new(),
             in_flight: None,
+            electing: false,
+            last_active: Instant::now(),
             broken: None,
         }
     }
 
-    fn identity(&self, run_id: &RunId, agent: &AgentSpec) -> RunIdentity {
+    fn identity(&self, run_id: &RunId, agent_id: &str) -> RunIdentity {
         RunIdentity {
             run_id: run_id.clone(),
             session_id: self.session_id.clone(),
-            agent_id: agent.id.clone(),
-            agent_name: agent.name.clone(),
+            agent_id: agent_id.to_owned(),
+            agent_name: self.shared.agent_name(agent_id),
         }
-    }
-
-    /// Terminal events for runs with no owner: this actor was just created, so no task
-    /// of this process runs them. (Issue 3 adds retry of such runs.)
-    fn orphan_endings(&self) -> Vec<Event> {
-        let mut events = Vec::new();
-        for run in self.state.open_runs() {
-            let identity = RunIdentity {
-                run_id: run.run_id.clone(),
-                session_id: self.session_id.clone(),
-                agent_id: run.agent_id.clone(),
-                agent_name: self
-                    .shared
-                    .agents
-                    .get(&run.agent_id)
-                    .map(|agent| agent.name.clone())
-                    .unwrap_or_else(|| run.agent_id.clone()),
-            };
-            let message = "The turnstile process stopped while this run was in flight.";
-            events.push(identity.emitted(
-                EventIndex(run.event_count),
-                "RunError",
-                json!({"content": message, "error_type": "process_stopped"}),
-            ));
-            events.push(Event::RunFailed {
-                run_id: run.run_id.clone(),
-                error_type: "process_stopped".into(),
-                message: message.into(),
-                retryable: false,
-            });
-        }
-        events
     }
 
     fn apply(&mut self, records: &[Arc<Recorded>]) {
         for record in records {
             self.state.apply(record);
         }
+    }
+
+    /// The run the session is busy with: the one running, else the head of the queue.
+    fn busy_with(&self) -> Option<&RunId> {
+        self.in_flight
+            .as_ref()
+            .map(|f| &f.run_id)
+            .or_else(|| self.queue.front().map(|q| &q.run_id))
+    }
+
+    /// Resolves runs a stopped process left open; returns the events that end the ones
+    /// that cannot go on.
+    fn recover(&mut self) -> Vec<Event> {
+        let mut endings = Vec::new();
+        let open: Vec<_> = self.state.open_runs().cloned().collect();
+        for run in open {
+            let identity = self.identity(&run.run_id, &run.agent_id);
+            let index = EventIndex(run.event_count);
+            let Some(agent) = self.shared.agents.get(&run.agent_id) else {
+                let message = format!("Agent {} is no longer configured.", run.agent_id);
+                endings.extend(failed_events(
+                    &identity,
+                    index,
+                    "agent_not_configured",
+                    &message,
+                    false,
+                ));
+                continue;
+            };
+            match run.status {
+                RunStatus::Pending => self.queue.push_back(Queued {
+                    run_id: run.run_id.clone(),
+                    durable: true,
+                    resume: false,
+                }),
+                RunStatus::Running => match &run.last_failure {
+                    // A permanent failure was recorded before the stop: never retried.
+                    Some((attempt, error_type, false)) if *attempt == run.attempts => {
+                        let message =
+                            format!("Attempt {attempt} failed permanently ({error_type}).");
+                        endings
+                            .extend(failed_events(&identity, index, error_type, &message, false));
+                    }
+                    _ if run.attempts < agent.retry.max_attempts() => {
+                        // It was the session's running turn: it goes first.
+                        self.queue.push_front(Queued {
+                            run_id: run.run_id.clone(),
+                            durable: true,
+                            resume: true,
+                        });
+                    }
+                    _ => {
+                        let message = "The turnstile process stopped while this run was in flight, and it has no attempts left.";
+                        endings.extend(failed_events(
+                            &identity,
+                            index,
+                            "process_stopped",
+                            message,
+                            false,
+                        ));
+                    }
+                },
+                _ => {}
+            }
+        }
+        for queued in &self.queue {
+            self.shared.ensure_live(&queued.run_id);
+        }
+        self.shared
+            .queued
+            .fetch_add(self.queue.len(), Ordering::SeqCst);
+        endings
+    }
+
+    /// Elects the head of the queue when the session is free, then waits for a slot.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        if self.in_flight.is_some() || self.electing || self.broken.is_some() {
+            return;
+        }
+        if !self.queue.front().is_some_and(|head| head.durable) {
+            return;
+        }
+        self.electing = true;
+        let slots = self.shared.slots.clone();
+        ctx.spawn(
+            async move { slots.acquire_owned().await }
+                .into_actor(self)
+                .map(|permit, actor, ctx| {
+                    actor.electing = false;
+                    if let Ok(permit) = permit {
+                        actor.start_head(permit, ctx);
+                    }
+                }),
+        );
+    }
+
+    fn start_head(&mut self, slot: tokio::sync::OwnedSemaphorePermit, ctx: &mut Context<Self>) {
+        // The head may have been cancelled while it waited for the slot.
+        let Some(head) = self.queue.pop_front() else {
+            return;
+        };
+        self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+        self.last_active = Instant::now();
+        let Some(run) = self.state.run(&head.run_id).cloned() else {
+            tracing::error!(run_id = %head.run_id, "queued run missing from the session state");
+            return self.pump(ctx);
+        };
+        let identity = self.identity(&run.run_id, &run.agent_id);
+        let Some(agent) = self.shared.agents.get(&run.agent_id).cloned() else {
+            return self.pump(ctx);
+        };
+        let cancel = CancellationToken::new();
+        self.in_flight = Some(InFlight {
+            run_id: run.run_id.clone(),
+            cancel: cancel.clone(),
+        });
+        let live = self.shared.ensure_live(&run.run_id);
+        let mut next_index = EventIndex(run.event_count);
+        let mut events = Vec::new();
+        if !head.resume {
+            let info = agent.harness.info();
+            events.push(Event::RunStarted {
+                run_id: run.run_id.clone(),
+                model: info.model.clone(),
+                model_provider: info.model_provider.clone(),
+            });
+            events.push(identity.emitted(
+                next_index,
+                "RunStarted",
+                json!({"model": info.model, "model_provider": info.model_provider}),
+            ));
+            next_index = next_index.next();
+        }
+        let task = RunTask {
+            identity,
+            journal: self.shared.journal.clone(),
+            harness: agent.harness.clone(),
+            request: TurnRequest {
+                run_id: run.run_id.clone(),
+                session_id: self.session_id.clone(),
+                attempt: run.attempts + 1,
+                message: run.input.clone(),
+                harness_session_id: self.state.session.harness_session_id.clone(),
+                transcript: self.state.session.transcript.clone(),
+            },
+            policy: agent.retry,
+            cancel,
+            live: live.clone(),
+            next_index,
+            slot,
+        };
+        let journal = self.shared.journal.clone();
+        let session_id = self.session_id.clone();
+        let address = ctx.address();
+        ctx.spawn(
+            async move {
+                if events.is_empty() {
+                    return Ok(Vec::new());
+                }
+                match journal.append(&session_id, Expected::Any, events).await {
+                    Ok(Ok(records)) => Ok(records),
+                    Ok(Err(conflict)) => Err(conflict.to_string()),
+                    Err(error) => Err(error.to_string()),
+                }
+            }
+            .into_actor(self)
+            .map(move |result, actor, _| match result {
+                Ok(records) => {
+                    actor.apply(&records);
+                    broadcast_wire(&live, &records);
+                    actix::spawn(async move {
+                        let finished = task.drive().await;
+                        // `do_send` ignores the mailbox bound: the end of a run is never dropped.
+                        address.do_send(RunFinishedMsg(finished));
+                    });
+                }
+                Err(error) => {
+                    // Fail-stop: the run stays open in the journal and recovery resumes it.
+                    tracing::error!(%error, "cannot journal the start of a run");
+                    actor.broken = Some(error);
+                }
+            }),
+        );
+    }
+
+    /// Appends the events that end a run, then frees the session and ends its streams.
+    fn end_run(&mut self, run_id: RunId, terminal: Vec<Event>, ctx: &mut Context<Self>) {
+        let journal = self.shared.journal.clone();
+        let session_id = self.session_id.clone();
+        ctx.spawn(
+            async move { journal.append(&session_id, Expected::Any, terminal).await }
+                .into_actor(self)
+                .map(move |result, actor, ctx| {
+                    if actor.in_flight.as_ref().is_some_and(|f| f.run_id == run_id) {
+                        actor.in_flight = None;
+                    }
+                    actor.last_active = Instant::now();
+                    let live = actor.shared.remove_live(&run_id);
+                    match result {
+                        Ok(Ok(records)) => {
+                            actor.apply(&records);
+                            if let Some(live) = live {
+                                broadcast_wire(&live, &records);
+                            }
+                        }
+                        Ok(Err(conflict)) => {
+                            tracing::error!(%run_id, %conflict, "terminal event refused")
+                        }
+                        // The run stays open in the journal; recovery ends it.
+                        Err(error) => {
+                            tracing::error!(%run_id, %error, "terminal event not journaled")
+                        }
+                    }
+                    actor.pump(ctx);
+                }),
+        );
     }
 }
 
@@ -153,27 +396,66 @@ impl Actor for SessionActor {
             }
         }
         self.state = state;
-        let endings = self.orphan_endings();
-        if endings.is_empty() {
-            return;
-        }
+        let idle = self.shared.session_idle;
+        ctx.run_interval(
+            idle.min(Duration::from_secs(5))
+                .max(Duration::from_millis(50)),
+            move |actor, ctx| {
+                let idle_now =
+                    actor.in_flight.is_none() && actor.queue.is_empty() && !actor.electing;
+                if idle_now && actor.last_active.elapsed() >= idle {
+                    ctx.stop();
+                }
+            },
+        );
+        let endings = self.recover();
         let journal = self.shared.journal.clone();
         let session_id = self.session_id.clone();
-        // `wait` holds back every command until the orphans are resolved.
+        // `wait` holds back every command until recovery is journaled.
         ctx.wait(
-            async move { journal.append(&session_id, Expected::Any, endings).await }
-                .into_actor(self)
-                .map(|result, actor, _| match result {
-                    Ok(Ok(records)) => actor.apply(&records),
-                    Ok(Err(conflict)) => actor.broken = Some(conflict.to_string()),
-                    Err(error) => actor.broken = Some(error.to_string()),
-                }),
+            async move {
+                if endings.is_empty() {
+                    return Ok(Ok(Vec::new()));
+                }
+                journal.append(&session_id, Expected::Any, endings).await
+            }
+            .into_actor(self)
+            .map(|result, actor, ctx| match result {
+                Ok(Ok(records)) => {
+                    for record in &records {
+                        if let Some(run_id) =
+                            record.event.run_id().filter(|_| record.event.is_terminal())
+                        {
+                            if let Some(live) = actor.shared.remove_live(run_id) {
+                                broadcast_wire(&live, std::slice::from_ref(record));
+                            }
+                        }
+                    }
+                    actor.apply(&records);
+                    actor.pump(ctx);
+                }
+                Ok(Err(conflict)) => actor.broken = Some(conflict.to_string()),
+                Err(error) => actor.broken = Some(error.to_string()),
+            }),
         );
+    }
+
+    fn stopped(&mut self, ctx: &mut Self::Context) {
+        self.registry.do_send(Passivated {
+            session_id: self.session_id.clone(),
+            address: ctx.address(),
+        });
     }
 }
 
+impl Handler<Wake> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Wake, _: &mut Self::Context) {}
+}
+
 impl Handler<StartRunMsg> for SessionActor {
-    type Result = ResponseActFuture<Self, Result<Result<Started, Refused>, RuntimeError>>;
+    type Result = ResponseActFuture<Self, Result<Result<Accepted, Refused>, RuntimeError>>;
 
     fn handle(
         &mut self,
@@ -181,14 +463,17 @@ impl Handler<StartRunMsg> for SessionActor {
         ctx: &mut Self::Context,
     ) -> Self::Result {
         let refuse = |refused| -> Self::Result { Box::pin(fut::ready(Ok(Err(refused)))) };
+        self.last_active = Instant::now();
         if let Some(reason) = &self.broken {
             return Box::pin(fut::ready(Err(RuntimeError::Internal(reason.clone()))));
         }
-        if let Some(in_flight) = &self.in_flight {
-            return refuse(Refused::Busy {
-                session_id: self.session_id.clone(),
-                run_id: in_flight.run_id.clone(),
-            });
+        if command.multitask == Multitask::Reject {
+            if let Some(run_id) = self.busy_with() {
+                return refuse(Refused::Busy {
+                    session_id: self.session_id.clone(),
+                    run_id: run_id.clone(),
+                });
+            }
         }
         let Some(agent) = self.shared.agents.get(&command.agent_id).cloned() else {
             return refuse(Refused::UnknownAgent {
@@ -201,10 +486,15 @@ impl Handler<StartRunMsg> for SessionActor {
                 agent_id: self.state.session.agent_id.clone(),
             });
         }
+        let queued = self.shared.queued.fetch_add(1, Ordering::SeqCst);
+        if queued >= self.shared.max_queued_runs {
+            self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+            return refuse(Refused::QueueFull {
+                limit: self.shared.max_queued_runs,
+            });
+        }
         let run_id = RunId::new_v7();
-        let identity = self.identity(&run_id, &agent);
-        let info = agent.harness.info();
-        let mut events = Vec::with_capacity(4);
+        let mut events = Vec::with_capacity(3);
         if !self.state.exists() {
             events.push(Event::SessionCreated {
                 agent_id: agent.id.clone(),
@@ -218,36 +508,31 @@ impl Handler<StartRunMsg> for SessionActor {
             input: command.message.clone(),
             options: command.options.to_string(),
         });
-        events.push(Event::RunStarted {
-            run_id: run_id.clone(),
-            model: info.model.clone(),
-            model_provider: info.model_provider.clone(),
-        });
-        events.push(identity.emitted(
-            EventIndex(0),
-            "RunStarted",
-            json!({"model": info.model, "model_provider": info.model_provider}),
-        ));
-        let cancel = CancellationToken::new();
-        self.in_flight = Some(InFlight {
-            run_id: run_id.clone(),
-            cancel: cancel.clone(),
-        });
-        let (live, live_receiver) = broadcast::channel(RUN_BROADCAST_EVENTS);
-        if let Ok(mut live_runs) = self.shared.live_runs.lock() {
-            live_runs.insert(run_id.clone(), live.clone());
+        if let Some(key) = &command.idempotency_key {
+            events.push(Event::IdempotencyKeyBound {
+                key: key.clone(),
+                run_id: run_id.clone(),
+            });
         }
+        // Queued before the append returns, so that a concurrent start sees the session busy.
+        self.queue.push_back(Queued {
+            run_id: run_id.clone(),
+            durable: false,
+            resume: false,
+        });
+        let live = self.shared.ensure_live(&run_id).subscribe();
         let journal = self.shared.journal.clone();
         let session_id = self.session_id.clone();
-        let address = ctx.address();
+        let _ = ctx;
         Box::pin(
             async move { journal.append(&session_id, Expected::Any, events).await }
                 .into_actor(self)
-                .map(move |result, actor, _| {
-                    let records = match result {
+                .map(move |result, actor, ctx| {
+                    let accepted = match result {
                         Ok(Ok(records)) => records,
                         failure => {
-                            actor.in_flight = None;
+                            actor.queue.retain(|queued| queued.run_id != run_id);
+                            actor.shared.queued.fetch_sub(1, Ordering::SeqCst);
                             actor.shared.remove_live(&run_id);
                             return Err(match failure {
                                 Err(error) => RuntimeError::from(error),
@@ -256,37 +541,23 @@ impl Handler<StartRunMsg> for SessionActor {
                             });
                         }
                     };
-                    actor.apply(&records);
-                    broadcast_wire(&live, &records);
-                    let from_seq = records
+                    actor.apply(&accepted);
+                    if let Some(queued) = actor
+                        .queue
+                        .iter_mut()
+                        .find(|queued| queued.run_id == run_id)
+                    {
+                        queued.durable = true;
+                    }
+                    let from_seq = accepted
                         .iter()
                         .find(|record| matches!(record.event, Event::RunQueued { .. }))
                         .map(|record| record.seq)
                         .unwrap_or_default();
-                    let task = RunTask {
-                        identity,
-                        journal: actor.shared.journal.clone(),
-                        harness: agent.harness.clone(),
-                        request: TurnRequest {
-                            run_id: run_id.clone(),
-                            session_id: actor.session_id.clone(),
-                            attempt: 1,
-                            message: command.message,
-                            harness_session_id: actor.state.session.harness_session_id.clone(),
-                            transcript: actor.state.session.transcript.clone(),
-                        },
-                        cancel,
-                        live,
-                        next_index: EventIndex(1),
-                    };
-                    actix::spawn(async move {
-                        let finished = task.drive().await;
-                        // `do_send` ignores the mailbox bound: the end of a run is never dropped.
-                        address.do_send(RunFinishedMsg(finished));
-                    });
-                    Ok(Ok(Started {
+                    actor.pump(ctx);
+                    Ok(Ok(Accepted {
                         run_id,
-                        live: live_receiver,
+                        live,
                         from_seq,
                     }))
                 }),
@@ -299,50 +570,35 @@ impl Handler<RunFinishedMsg> for SessionActor {
 
     fn handle(&mut self, RunFinishedMsg(finished): RunFinishedMsg, ctx: &mut Self::Context) {
         self.apply(&finished.records);
-        let journal = self.shared.journal.clone();
-        let session_id = self.session_id.clone();
-        let run_id = finished.run_id;
-        ctx.spawn(
-            async move {
-                journal
-                    .append(&session_id, Expected::Any, finished.terminal)
-                    .await
-            }
-            .into_actor(self)
-            .map(move |result, actor, _| {
-                // Free the session before the client can see the end of the run.
-                actor.in_flight = None;
-                let live = actor.shared.remove_live(&run_id);
-                match result {
-                    Ok(Ok(records)) => {
-                        actor.apply(&records);
-                        if let Some(live) = live {
-                            broadcast_wire(&live, &records);
-                        }
-                    }
-                    Ok(Err(conflict)) => {
-                        tracing::error!(%run_id, %conflict, "terminal event refused");
-                    }
-                    Err(error) => {
-                        // The run stays open in the journal; recovery ends it.
-                        tracing::error!(%run_id, %error, "terminal event not journaled");
-                    }
-                }
-            }),
-        );
+        self.end_run(finished.run_id, finished.terminal, ctx);
     }
 }
 
 impl Handler<CancelRunMsg> for SessionActor {
     type Result = bool;
 
-    fn handle(&mut self, CancelRunMsg(run_id): CancelRunMsg, _: &mut Self::Context) -> bool {
-        match &self.in_flight {
-            Some(in_flight) if in_flight.run_id == run_id => {
-                in_flight.cancel.cancel();
-                true
-            }
-            _ => false,
+    fn handle(&mut self, CancelRunMsg(run_id): CancelRunMsg, ctx: &mut Self::Context) -> bool {
+        self.last_active = Instant::now();
+        if let Some(in_flight) = self.in_flight.as_ref().filter(|f| f.run_id == run_id) {
+            in_flight.cancel.cancel();
+            return true;
         }
+        let Some(position) = self
+            .queue
+            .iter()
+            .position(|queued| queued.run_id == run_id && queued.durable)
+        else {
+            return false;
+        };
+        // A queued run ends here and never reaches its harness.
+        self.queue.remove(position);
+        self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+        let Some(run) = self.state.run(&run_id).cloned() else {
+            return false;
+        };
+        let identity = self.identity(&run_id, &run.agent_id);
+        let terminal = cancelled_events(&identity, EventIndex(run.event_count));
+        self.end_run(run_id, terminal, ctx);
+        true
     }
 }

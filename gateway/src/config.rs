@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
-use turnstile_actors::AgentSpec;
+use turnstile_actors::{AgentSpec, RetryPolicy};
 use turnstile_harness::ScriptedHarness;
 
 /// The whole file.
@@ -38,6 +38,8 @@ pub struct ServerConfig {
     pub max_concurrent_runs: usize,
     /// Queued runs at most; beyond it 429.
     pub max_queued_runs: usize,
+    /// **ext**: seconds an idle session actor stays in memory before it passivates.
+    pub session_idle_s: f64,
 }
 
 impl Default for ServerConfig {
@@ -48,6 +50,7 @@ impl Default for ServerConfig {
             api_key_env: "TURNSTILE_API_KEY".into(),
             max_concurrent_runs: 8,
             max_queued_runs: 10_000,
+            session_idle_s: 60.0,
         }
     }
 }
@@ -212,6 +215,20 @@ impl Config {
                 )));
             }
         }
+        if !(self.server.session_idle_s.is_finite() && self.server.session_idle_s > 0.0) {
+            return Err(ConfigError::Invalid(
+                "server.session_idle_s must be a positive number of seconds".into(),
+            ));
+        }
+        for agent in &self.agents {
+            if !(agent.delay_between_retries_s.is_finite() && agent.delay_between_retries_s >= 0.0)
+            {
+                return Err(ConfigError::Invalid(format!(
+                    "agent {:?}: delay_between_retries_s must be zero or more seconds",
+                    agent.id
+                )));
+            }
+        }
         if self.server.max_concurrent_runs == 0 {
             return Err(ConfigError::Invalid(
                 "server.max_concurrent_runs must be at least 1".into(),
@@ -239,6 +256,11 @@ impl Config {
                     name: agent.name.clone().unwrap_or_else(|| agent.id.clone()),
                     description: agent.description.clone(),
                     harness,
+                    retry: RetryPolicy {
+                        retries: agent.retries,
+                        delay_between_retries_s: agent.delay_between_retries_s,
+                        exponential_backoff: agent.exponential_backoff,
+                    },
                 })
             })
             .collect()

@@ -26,6 +26,9 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         data_dir: data_dir.clone(),
         arbiters,
         agents,
+        max_concurrent_runs: config.server.max_concurrent_runs,
+        max_queued_runs: config.server.max_queued_runs,
+        session_idle: std::time::Duration::from_secs_f64(config.server.session_idle_s),
     })?;
     let addr: SocketAddr = config
         .server

@@ -101,6 +101,28 @@ pub enum Event {
         /// Why (`Run cancelled` for a client's cancel).
         reason: String,
     },
+    /// One attempt failed; the run retries or ends. Recorded so that recovery after a
+    /// restart knows whether another attempt is allowed.
+    AttemptFailed {
+        /// The run.
+        run_id: RunId,
+        /// The attempt that failed (1 for the first).
+        attempt: u32,
+        /// Error class slug.
+        error_type: String,
+        /// Human message.
+        message: String,
+        /// Whether another attempt may succeed.
+        retryable: bool,
+    },
+    /// A client's `Idempotency-Key` now names this run: a repeated submission with the
+    /// same key returns it.
+    IdempotencyKeyBound {
+        /// The key as the client sent it (scoped by the gateway).
+        key: String,
+        /// The run.
+        run_id: RunId,
+    },
 }
 
 impl Event {
@@ -115,7 +137,9 @@ impl Event {
             | Event::RunEventEmitted { run_id, .. }
             | Event::RunCompleted { run_id, .. }
             | Event::RunFailed { run_id, .. }
-            | Event::RunCancelled { run_id, .. } => Some(run_id),
+            | Event::RunCancelled { run_id, .. }
+            | Event::AttemptFailed { run_id, .. }
+            | Event::IdempotencyKeyBound { run_id, .. } => Some(run_id),
         }
     }
 
@@ -131,6 +155,8 @@ impl Event {
             Event::RunCompleted { .. } => "RunCompleted",
             Event::RunFailed { .. } => "RunFailed",
             Event::RunCancelled { .. } => "RunCancelled",
+            Event::AttemptFailed { .. } => "AttemptFailed",
+            Event::IdempotencyKeyBound { .. } => "IdempotencyKeyBound",
         }
     }
 

@@ -133,6 +133,8 @@ pub struct Journal {
 pub(crate) const LOG: u8 = b'L';
 pub(crate) const STREAM: u8 = b'S';
 const RUN: u8 = b'R';
+const OPEN: u8 = b'O';
+const IDEMPOTENCY: u8 = b'K';
 
 pub(crate) fn log_key(pos: JournalPos) -> [u8; 9] {
     let mut key = [LOG; 9];
@@ -152,6 +154,19 @@ pub(crate) fn record_key(session_id: &SessionId, seq: Seq) -> Vec<u8> {
     let mut key = stream_prefix(session_id);
     key.extend_from_slice(&seq.0.to_be_bytes());
     key
+}
+
+fn open_key(run_id: &RunId) -> Vec<u8> {
+    let mut key = run_key(run_id);
+    key[0] = OPEN;
+    key
+}
+
+fn idempotency_key(key: &str) -> Vec<u8> {
+    let mut sled_key = Vec::with_capacity(key.len() + 1);
+    sled_key.push(IDEMPOTENCY);
+    sled_key.extend_from_slice(key.as_bytes());
+    sled_key
 }
 
 fn run_key(run_id: &RunId) -> Vec<u8> {
@@ -438,6 +453,36 @@ impl Journal {
                 let text = std::str::from_utf8(&bytes).map_err(|e| Error::Store(e.to_string()))?;
                 Ok(Some(
                     SessionId::parse(text).map_err(|e| Error::Store(e.to_string()))?,
+                ))
+            }
+        }
+    }
+
+    /// Runs that have been queued and have not ended, with their sessions: what
+    /// recovery must resolve after a restart.
+    pub fn open_runs(&self) -> Result<Vec<(RunId, SessionId)>, Error> {
+        let mut runs = Vec::new();
+        for entry in self.inner.tree.scan_prefix([OPEN]) {
+            let (key, value) = entry?;
+            let run = std::str::from_utf8(&key[1..key.len() - 1])
+                .map_err(|e| Error::Store(e.to_string()))?;
+            let session = std::str::from_utf8(&value).map_err(|e| Error::Store(e.to_string()))?;
+            runs.push((
+                RunId::parse(run).map_err(|e| Error::Store(e.to_string()))?,
+                SessionId::parse(session).map_err(|e| Error::Store(e.to_string()))?,
+            ));
+        }
+        Ok(runs)
+    }
+
+    /// The run an idempotency key was bound to, if any.
+    pub fn run_of_idempotency_key(&self, key: &str) -> Result<Option<RunId>, Error> {
+        match self.inner.tree.get(idempotency_key(key))? {
+            None => Ok(None),
+            Some(bytes) => {
+                let text = std::str::from_utf8(&bytes).map_err(|e| Error::Store(e.to_string()))?;
+                Ok(Some(
+                    RunId::parse(text).map_err(|e| Error::Store(e.to_string()))?,
                 ))
             }
         }
@@ -777,8 +822,19 @@ impl Committer {
         let mut records = Vec::with_capacity(encoded.len());
         for ((pos, before, bytes, hash), event) in encoded.into_iter().zip(events) {
             batch.insert(record_key(session_id, before.next_seq), bytes.as_slice());
-            if let Event::RunQueued { run_id, .. } = &event.event {
-                batch.insert(run_key(run_id), session_id.as_str().as_bytes());
+            // Secondary indexes, in the same atomic batch as the record.
+            match &event.event {
+                Event::RunQueued { run_id, .. } => {
+                    batch.insert(run_key(run_id), session_id.as_str().as_bytes());
+                    batch.insert(open_key(run_id), session_id.as_str().as_bytes());
+                }
+                Event::RunCompleted { run_id, .. }
+                | Event::RunFailed { run_id, .. }
+                | Event::RunCancelled { run_id, .. } => batch.remove(open_key(run_id)),
+                Event::IdempotencyKeyBound { key, run_id } => {
+                    batch.insert(idempotency_key(key), run_id.as_str().as_bytes());
+                }
+                _ => {}
             }
             records.push(Arc::new(Recorded {
                 pos,

@@ -57,8 +57,19 @@ fn samples() -> Vec<Event> {
             retryable: false,
         },
         Event::RunCancelled {
-            run_id,
+            run_id: run_id.clone(),
             reason: "Run cancelled".into(),
+        },
+        Event::AttemptFailed {
+            run_id: run_id.clone(),
+            attempt: 2,
+            error_type: "transient".into(),
+            message: "overloaded".into(),
+            retryable: true,
+        },
+        Event::IdempotencyKeyBound {
+            key: "scripted:k1".into(),
+            run_id,
         },
     ];
     for event in &samples {
@@ -71,7 +82,9 @@ fn samples() -> Vec<Event> {
             | Event::RunEventEmitted { .. }
             | Event::RunCompleted { .. }
             | Event::RunFailed { .. }
-            | Event::RunCancelled { .. } => {}
+            | Event::RunCancelled { .. }
+            | Event::AttemptFailed { .. }
+            | Event::IdempotencyKeyBound { .. } => {}
         }
     }
     samples
@@ -225,6 +238,23 @@ fn any_event() -> impl Strategy<Value = Event> {
             }
         ),
         (any_id(), any_text()).prop_map(|(run_id, reason)| Event::RunCancelled { run_id, reason }),
+        (
+            any_id(),
+            any::<u32>(),
+            any_text(),
+            any_text(),
+            any::<bool>()
+        )
+            .prop_map(|(run_id, attempt, error_type, message, retryable)| {
+                Event::AttemptFailed {
+                    run_id,
+                    attempt,
+                    error_type,
+                    message,
+                    retryable,
+                }
+            }),
+        (any_id(), any_text()).prop_map(|(run_id, key)| Event::IdempotencyKeyBound { key, run_id }),
     ]
 }
 

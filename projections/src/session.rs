@@ -97,6 +97,12 @@ pub struct RunView {
     pub event_count: u64,
     /// Sequence of the run's first record in its session stream.
     pub queued_seq: Seq,
+    /// Submitted with `background=true`.
+    pub background: bool,
+    /// The last failed attempt: (attempt, error type, retryable).
+    pub last_failure: Option<(u32, String, bool)>,
+    /// Warnings shown to the client (retries), as agno's warning objects.
+    pub warnings: Vec<serde_json::Value>,
     /// Microseconds since the epoch.
     pub created_at_us: i64,
     /// Microseconds since the epoch.
@@ -207,6 +213,12 @@ impl SessionState {
                     attempts: 0,
                     event_count: 0,
                     queued_seq: record.seq,
+                    background: serde_json::from_str::<serde_json::Value>(options)
+                        .ok()
+                        .and_then(|options| options["background"].as_bool())
+                        .unwrap_or(false),
+                    last_failure: None,
+                    warnings: Vec::new(),
                     created_at_us: ts,
                     updated_at_us: ts,
                 });
@@ -283,6 +295,14 @@ impl SessionState {
                 run.status = RunStatus::Cancelled;
                 run.content = reason.clone();
             }
+            Event::AttemptFailed {
+                attempt,
+                error_type,
+                retryable,
+                ..
+            } => {
+                run.last_failure = Some((*attempt, error_type.clone(), *retryable));
+            }
             _ => {}
         }
     }
@@ -314,6 +334,11 @@ fn apply_wire_event(run: &mut RunView, event_type: &str, data: &str) {
             match run.tools.iter_mut().find(|known| known.tool_call_id == id) {
                 Some(known) => *known = view,
                 None => run.tools.push(view),
+            }
+        }
+        "CustomEvent" => {
+            if !value["warning"].is_null() {
+                run.warnings.push(value["warning"].clone());
             }
         }
         _ => {}

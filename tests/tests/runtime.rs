@@ -5,22 +5,24 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use turnstile_actors::{AgentSpec, Refused, RunHandle, Runtime, RuntimeConfig, StartRun};
+use turnstile_actors::{
+    AgentSpec, Multitask, Refused, RetryPolicy, RunHandle, Runtime, RuntimeConfig, StartRun,
+};
 use turnstile_harness::ScriptedHarness;
 use turnstile_journal::{Event, EventIndex, Seq, SessionId};
 use turnstile_projections::RunStatus;
 
 fn open(dir: &std::path::Path) -> Runtime {
-    Runtime::open(RuntimeConfig {
-        data_dir: dir.to_path_buf(),
-        arbiters: 2,
-        agents: vec![AgentSpec {
+    Runtime::open(RuntimeConfig::new(
+        dir.to_path_buf(),
+        vec![AgentSpec {
             id: "scripted".into(),
             name: "Scripted".into(),
             description: String::new(),
             harness: Arc::new(ScriptedHarness),
+            retry: RetryPolicy::default(),
         }],
-    })
+    ))
     .unwrap()
 }
 
@@ -31,6 +33,8 @@ fn turn(session: &str, message: &str) -> StartRun {
         user_id: None,
         message: message.into(),
         options: serde_json::json!({}),
+        multitask: Multitask::Reject,
+        idempotency_key: None,
     }
 }
 

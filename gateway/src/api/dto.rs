@@ -56,7 +56,7 @@ pub fn run_output(run: &RunView, agent_name: &str) -> Value {
         .as_deref()
         .and_then(|text| serde_json::from_str::<Value>(text).ok())
         .unwrap_or(Value::Null);
-    let mut metadata = json!({"warnings": []});
+    let mut metadata = json!({"warnings": run.warnings});
     if run.attempts > 1 {
         metadata["attempts"] = json!(run.attempts);
     }

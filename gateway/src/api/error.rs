@@ -37,6 +37,9 @@ pub enum ApiError {
         /// The run in flight.
         run_id: String,
     },
+    /// 429: the durable queue is full.
+    #[error("{0}")]
+    TooManyRequests(String),
     /// 503: shutting down.
     #[error("turnstile is shutting down; try again shortly")]
     ShuttingDown,
@@ -53,6 +56,7 @@ impl ApiError {
             ApiError::Unprocessable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "validation_error"),
             ApiError::Conflict { error_type, .. } => (StatusCode::CONFLICT, error_type),
             ApiError::Busy { .. } => (StatusCode::CONFLICT, "session_busy"),
+            ApiError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "queue_full"),
             ApiError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }
@@ -78,6 +82,7 @@ impl From<Refused> for ApiError {
                 error_type: "session_agent_mismatch",
                 message,
             },
+            Refused::QueueFull { .. } => ApiError::TooManyRequests(message),
             Refused::ShuttingDown => ApiError::ShuttingDown,
         }
     }
@@ -95,7 +100,10 @@ impl IntoResponse for ApiError {
             body["run_id"] = json!(run_id);
         }
         let mut response = (status, Json(body)).into_response();
-        if matches!(self, ApiError::Busy { .. } | ApiError::ShuttingDown) {
+        if matches!(
+            self,
+            ApiError::Busy { .. } | ApiError::ShuttingDown | ApiError::TooManyRequests(_)
+        ) {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -10,16 +10,18 @@ pub mod form;
 pub mod sse;
 
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{Method, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use turnstile_actors::{AgentSpec, Refused, Runtime, StartRun};
-use turnstile_journal::limits::{MESSAGE_BYTES_MAX, REQUEST_BODY_BYTES_MAX};
-use turnstile_journal::{RunId, SessionId};
+use turnstile_actors::{AgentSpec, Multitask, Refused, Runtime, StartRun};
+use turnstile_journal::limits::{
+    IDEMPOTENCY_KEY_BYTES_MAX, MESSAGE_BYTES_MAX, REQUEST_BODY_BYTES_MAX,
+};
+use turnstile_journal::{EventIndex, RunId, SessionId};
 
 use crate::api::error::ApiError;
 use crate::api::form::Fields;
@@ -43,6 +45,7 @@ pub fn router(state: AppState) -> Router {
         .route("/agents/{agent_id}/runs", post(create_run))
         .route("/agents/{agent_id}/runs/{run_id}", get(get_run))
         .route("/agents/{agent_id}/runs/{run_id}/cancel", post(cancel_run))
+        .route("/agents/{agent_id}/runs/{run_id}/resume", post(resume_run))
         .fallback(fallback)
         .layer(axum::extract::DefaultBodyLimit::max(REQUEST_BODY_BYTES_MAX))
         .with_state(state)
@@ -99,6 +102,7 @@ const NOT_YET: [(&str, &str); 4] = [
 async fn create_run(
     State(state): State<AppState>,
     Path(agent_id): Path<String>,
+    headers: HeaderMap,
     request: Request,
 ) -> Result<Response, ApiError> {
     let agent = find_agent(&state.runtime, &agent_id)?;
@@ -118,6 +122,7 @@ async fn create_run(
                 .map_err(|error| ApiError::Unprocessable(format!("session_id: {error}")))
         })
         .transpose()?;
+    let user_id = fields.text("user_id").map(str::to_owned);
     for kind in ["audio", "videos"] {
         if fields
             .json(kind)?
@@ -136,35 +141,48 @@ async fn create_run(
             )));
         }
     }
-    match fields.text("multitask_strategy") {
-        None | Some("reject") => {}
-        Some("enqueue") => {
-            return Err(ApiError::BadRequest(
-                "multitask_strategy \"enqueue\" is not supported by this build yet".into(),
-            ));
-        }
+    let multitask = match fields.text("multitask_strategy") {
+        None | Some("reject") if !background => Multitask::Reject,
+        None | Some("reject") | Some("enqueue") => Multitask::Enqueue,
         Some(other) => {
             return Err(ApiError::Unprocessable(format!(
                 "multitask_strategy must be reject or enqueue, got {other:?}"
             )));
         }
-    }
-    if background {
-        return Err(ApiError::BadRequest(
-            "background runs are not supported by this build yet".into(),
-        ));
-    }
+    };
+    let idempotency_key = match headers.get("idempotency-key") {
+        None => None,
+        Some(value) => {
+            let key = value
+                .to_str()
+                .ok()
+                .filter(|key| !key.is_empty() && key.len() <= IDEMPOTENCY_KEY_BYTES_MAX)
+                .ok_or_else(|| {
+                    ApiError::BadRequest(format!(
+                        "Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_BYTES_MAX} visible ASCII characters"
+                    ))
+                })?;
+            // Keys are scoped like agno's unique index: per agent and user.
+            Some(format!(
+                "{}\u{1f}{}\u{1f}{key}",
+                agent.id,
+                user_id.as_deref().unwrap_or("")
+            ))
+        }
+    };
     let command = StartRun {
         agent_id: agent.id.clone(),
         session_id,
-        user_id: fields.text("user_id").map(str::to_owned),
+        user_id,
         message: message.to_owned(),
         options: json!({"stream": stream, "background": background}),
+        multitask,
+        idempotency_key,
     };
     let agent_name = agent.name.clone();
     let handle = match state.runtime.start_run(command).await? {
         Ok(handle) => handle,
-        Err(Refused::Busy { session_id, run_id }) if stream => {
+        Err(Refused::Busy { session_id, run_id }) if stream && !background => {
             let message = Refused::Busy {
                 session_id: session_id.clone(),
                 run_id: run_id.clone(),
@@ -185,11 +203,29 @@ async fn create_run(
         Err(refused) => return Err(refused.into()),
     };
     if stream {
+        let framing = if background {
+            Framing::Indexed
+        } else {
+            Framing::Inline
+        };
         return Ok(sse::run_stream(
             handle.into_events(),
-            Framing::Inline,
+            framing,
             state.shutdown.clone(),
         ));
+    }
+    if background {
+        let status = match handle.reused {
+            true => state
+                .runtime
+                .run_view(&handle.run_id)?
+                .map(|view| view.status.as_str())
+                .unwrap_or("PENDING"),
+            false => "PENDING",
+        };
+        let body =
+            json!({"run_id": handle.run_id, "session_id": handle.session_id, "status": status});
+        return Ok((StatusCode::ACCEPTED, Json(body)).into_response());
     }
     let shutdown = state.shutdown.clone();
     let view = tokio::select! {
@@ -240,4 +276,88 @@ async fn cancel_run(
         state.runtime.cancel_run(&run_id).await?;
     }
     Ok(Json(json!({})))
+}
+
+/// Re-attaches to a run's events after `last_event_index` (or `Last-Event-ID`): a meta
+/// frame (`replay` for a finished run; `catch_up` then `subscribed` for a live one),
+/// then each missing event once, in order, then live events until the terminal one.
+async fn resume_run(
+    State(state): State<AppState>,
+    Path((agent_id, run_id)): Path<(String, String)>,
+    headers: HeaderMap,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let agent = find_agent(&state.runtime, &agent_id)?;
+    let fields = Fields::read(request).await?;
+    let not_found = || ApiError::NotFound(format!("Run {run_id} not found"));
+    let parsed = RunId::parse(&run_id).map_err(|_| not_found())?;
+    let header_index = headers
+        .get("last-event-id")
+        .and_then(|value| value.to_str().ok());
+    let last_event_index = match fields.text("last_event_index").or(header_index) {
+        None => None,
+        Some(text) => {
+            let index: i64 = text.trim().parse().map_err(|_| {
+                ApiError::Unprocessable(format!(
+                    "last_event_index must be an integer, got {text:?}"
+                ))
+            })?;
+            u64::try_from(index).ok().map(EventIndex)
+        }
+    };
+    let view = state.runtime.run_view(&parsed)?.ok_or_else(not_found)?;
+    let wrong_session = fields
+        .text("session_id")
+        .is_some_and(|session| session != view.session_id.as_str());
+    if view.agent_id != agent.id || wrong_session {
+        return Err(not_found());
+    }
+    let events = state
+        .runtime
+        .run_events(&parsed, last_event_index)?
+        .ok_or_else(not_found)?;
+    let requested = last_event_index
+        .map(|index| json!(index.0))
+        .unwrap_or(json!(null));
+    let after = last_event_index.map(|index| index.0 + 1).unwrap_or(0);
+    let missed = view.event_count.saturating_sub(after);
+    let meta = if view.status.is_terminal() {
+        vec![(
+            "replay",
+            json!({
+                "event": "replay",
+                "run_id": view.run_id,
+                "status": view.status.as_str(),
+                "total_events": view.event_count,
+                "last_event_index_requested": requested,
+                "message": format!("Run {}. Replaying {missed} stored events from the journal.", view.status.as_str().to_lowercase()),
+            }),
+        )]
+    } else {
+        vec![
+            (
+                "catch_up",
+                json!({
+                    "event": "catch_up",
+                    "run_id": view.run_id,
+                    "status": view.status.as_str(),
+                    "missed_events": missed,
+                    "current_event_count": view.event_count,
+                    "last_event_index_requested": requested,
+                    "message": format!("Run is {}; sending {missed} missed events.", view.status.as_str().to_lowercase()),
+                }),
+            ),
+            (
+                "subscribed",
+                json!({
+                    "event": "subscribed",
+                    "run_id": view.run_id,
+                    "status": view.status.as_str(),
+                    "current_event_count": view.event_count,
+                    "message": "Subscribed to live events.",
+                }),
+            ),
+        ]
+    };
+    Ok(sse::resume_stream(meta, events, state.shutdown.clone()))
 }

@@ -74,6 +74,29 @@ pub fn run_stream(events: RunEvents, framing: Framing, shutdown: CancellationTok
     respond(frames, shutdown)
 }
 
+/// A re-attached stream: meta frames (no `id`, so they never move a client's
+/// `Last-Event-ID`), then the run's events with their indexes.
+pub fn resume_stream(
+    meta: Vec<(&'static str, serde_json::Value)>,
+    events: RunEvents,
+    shutdown: CancellationToken,
+) -> Response {
+    let meta = stream::iter(
+        meta.into_iter()
+            .map(|(event_type, data)| Event::default().event(event_type).data(data.to_string())),
+    );
+    let frames = events.into_stream().map(move |item| match item {
+        Ok(event) => frame(&event, Framing::Indexed),
+        Err(error) => {
+            tracing::error!(%error, "run stream failed");
+            Event::default()
+                .event("error")
+                .data(json!({"event": "error", "error": "stream failed"}).to_string())
+        }
+    });
+    respond(meta.chain(frames), shutdown)
+}
+
 /// An SSE response of exactly one frame (the busy answer of a streamed run).
 pub fn single(event_type: &str, data: serde_json::Value, shutdown: CancellationToken) -> Response {
     let frame = Event::default().event(event_type).data(data.to_string());
