@@ -119,6 +119,8 @@ pub(crate) struct Finished {
     pub records: Vec<Arc<Recorded>>,
     /// The terminal events, for the actor to append.
     pub terminal: Vec<Event>,
+    /// The worker slot, released once the terminal events are journaled.
+    pub slot: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// How a run retries failed attempts (agno's `retries`, `delay_between_retries`,
@@ -234,11 +236,11 @@ impl RunTask {
             }
             self.request.attempt += 1;
         };
-        drop(self.slot);
         Finished {
             run_id: self.identity.run_id.clone(),
             records,
             terminal,
+            slot: self.slot,
         }
     }
 

@@ -346,13 +346,22 @@ impl SessionActor {
     }
 
     /// Appends the events that end a run, then frees the session and ends its streams.
-    fn end_run(&mut self, run_id: RunId, terminal: Vec<Event>, ctx: &mut Context<Self>) {
+    fn end_run(
+        &mut self,
+        run_id: RunId,
+        terminal: Vec<Event>,
+        slot: Option<tokio::sync::OwnedSemaphorePermit>,
+        ctx: &mut Context<Self>,
+    ) {
         let journal = self.shared.journal.clone();
         let session_id = self.session_id.clone();
         ctx.spawn(
             async move { journal.append(&session_id, Expected::Any, terminal).await }
                 .into_actor(self)
                 .map(move |result, actor, ctx| {
+                    // The slot frees only once the run's end is journaled, so the journal
+                    // never shows more runs executing than there are slots.
+                    drop(slot);
                     if actor.in_flight.as_ref().is_some_and(|f| f.run_id == run_id) {
                         actor.in_flight = None;
                     }
@@ -570,7 +579,7 @@ impl Handler<RunFinishedMsg> for SessionActor {
 
     fn handle(&mut self, RunFinishedMsg(finished): RunFinishedMsg, ctx: &mut Self::Context) {
         self.apply(&finished.records);
-        self.end_run(finished.run_id, finished.terminal, ctx);
+        self.end_run(finished.run_id, finished.terminal, Some(finished.slot), ctx);
     }
 }
 
@@ -598,7 +607,7 @@ impl Handler<CancelRunMsg> for SessionActor {
         };
         let identity = self.identity(&run_id, &run.agent_id);
         let terminal = cancelled_events(&identity, EventIndex(run.event_count));
-        self.end_run(run_id, terminal, ctx);
+        self.end_run(run_id, terminal, None, ctx);
         true
     }
 }
