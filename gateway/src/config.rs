@@ -40,6 +40,8 @@ pub struct ServerConfig {
     pub max_queued_runs: usize,
     /// **ext**: seconds an idle session actor stays in memory before it passivates.
     pub session_idle_s: f64,
+    /// **ext**: seconds between keepalive comments on an idle stream (at most 15).
+    pub sse_keepalive_s: f64,
 }
 
 impl Default for ServerConfig {
@@ -51,6 +53,7 @@ impl Default for ServerConfig {
             max_concurrent_runs: 8,
             max_queued_runs: 10_000,
             session_idle_s: 60.0,
+            sse_keepalive_s: 15.0,
         }
     }
 }
@@ -218,6 +221,11 @@ impl Config {
         if !(self.server.session_idle_s.is_finite() && self.server.session_idle_s > 0.0) {
             return Err(ConfigError::Invalid(
                 "server.session_idle_s must be a positive number of seconds".into(),
+            ));
+        }
+        if !(self.server.sse_keepalive_s > 0.0 && self.server.sse_keepalive_s <= 15.0) {
+            return Err(ConfigError::Invalid(
+                "server.sse_keepalive_s must be more than 0 and at most 15 seconds".into(),
             ));
         }
         for agent in &self.agents {

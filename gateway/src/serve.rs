@@ -11,6 +11,7 @@ use axum::serve::ListenerExt;
 use tokio_util::sync::CancellationToken;
 use turnstile_actors::{Runtime, RuntimeConfig};
 
+use crate::api::sse::SseOptions;
 use crate::api::{AppState, router};
 use crate::config::Config;
 
@@ -47,9 +48,14 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     });
     let shutdown = CancellationToken::new();
     tokio::spawn(wait_for_signal(shutdown.clone()));
+    let sse = SseOptions {
+        shutdown: shutdown.clone(),
+        keepalive: std::time::Duration::from_secs_f64(config.server.sse_keepalive_s),
+    };
     let app = router(AppState {
         runtime: runtime.clone(),
         shutdown: shutdown.clone(),
+        sse,
     });
     tracing::info!(
         "turnstile listening on http://{local} (data dir {})",

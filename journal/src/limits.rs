@@ -42,7 +42,5 @@ pub const REQUEST_BODY_BYTES_MAX: usize = 16 * 1024 * 1024;
 pub const IDEMPOTENCY_KEY_BYTES_MAX: usize = 256;
 /// Message text of one run, in bytes.
 pub const MESSAGE_BYTES_MAX: usize = 1024 * 1024;
-/// How often an idle SSE stream sends a keepalive comment, in seconds.
-pub const SSE_KEEPALIVE_S: u64 = 15;
 /// How long shutdown waits for running turns to end before leaving them to recovery, in milliseconds.
 pub const SHUTDOWN_DRAIN_MS: u64 = 5_000;

@@ -213,3 +213,14 @@ pub fn turnstile(args: &[&str]) -> Output {
         .output()
         .expect("run turnstile")
 }
+
+/// Writes a configuration file with one scripted agent; `server` and `agent` are extra
+/// TOML lines for `[server]` and the agent.
+pub fn write_config(dir: &Path, server: &str, agent: &str) -> PathBuf {
+    let path = dir.join("turnstile.toml");
+    let text = format!(
+        "[server]\n{server}\n\n[[agents]]\nid = \"scripted\"\nname = \"Scripted\"\nharness = \"scripted\"\n{agent}\n"
+    );
+    std::fs::write(&path, text).expect("write the configuration");
+    path
+}

@@ -25,7 +25,7 @@ use turnstile_journal::{EventIndex, RunId, SessionId};
 
 use crate::api::error::ApiError;
 use crate::api::form::Fields;
-use crate::api::sse::Framing;
+use crate::api::sse::{Framing, SseOptions};
 
 /// What every handler gets.
 #[derive(Clone)]
@@ -34,6 +34,8 @@ pub struct AppState {
     pub runtime: Runtime,
     /// Fires when the server begins to shut down.
     pub shutdown: CancellationToken,
+    /// Stream settings.
+    pub sse: SseOptions,
 }
 
 /// The router with every route.
@@ -198,7 +200,7 @@ async fn create_run(
                 "content": message,
                 "error_type": "session_busy",
             });
-            return Ok(sse::single("RunError", frame, state.shutdown.clone()));
+            return Ok(sse::single("RunError", frame, state.sse.clone()));
         }
         Err(refused) => return Err(refused.into()),
     };
@@ -211,7 +213,7 @@ async fn create_run(
         return Ok(sse::run_stream(
             handle.into_events(),
             framing,
-            state.shutdown.clone(),
+            state.sse.clone(),
         ));
     }
     if background {
@@ -359,5 +361,5 @@ async fn resume_run(
             ),
         ]
     };
-    Ok(sse::resume_stream(meta, events, state.shutdown.clone()))
+    Ok(sse::resume_stream(meta, events, state.sse.clone()))
 }

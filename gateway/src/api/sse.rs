@@ -14,7 +14,15 @@ use futures::{Stream, StreamExt, stream};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use turnstile_actors::{RunEvents, WireEvent};
-use turnstile_journal::limits::SSE_KEEPALIVE_S;
+
+/// What every stream needs from the server: when to end, how often to keep alive.
+#[derive(Debug, Clone)]
+pub struct SseOptions {
+    /// Fires when the server shuts down; every open stream ends then.
+    pub shutdown: CancellationToken,
+    /// Interval of `: keepalive` comments on an idle stream.
+    pub keepalive: Duration,
+}
 
 /// How frames carry the index: inline streams keep agno's payload as it is, re-attachable
 /// (background) streams add `event_index` and `run_id` to the data.
@@ -44,24 +52,21 @@ fn frame(event: &WireEvent, framing: Framing) -> Event {
         .data(data)
 }
 
-fn respond(
-    frames: impl Stream<Item = Event> + Send + 'static,
-    shutdown: CancellationToken,
-) -> Response {
+fn respond(frames: impl Stream<Item = Event> + Send + 'static, options: SseOptions) -> Response {
     let frames = frames
         .map(Ok::<_, Infallible>)
-        .take_until(shutdown.cancelled_owned());
+        .take_until(options.shutdown.cancelled_owned());
     Sse::new(frames)
         .keep_alive(
             KeepAlive::new()
-                .interval(Duration::from_secs(SSE_KEEPALIVE_S))
+                .interval(options.keepalive)
                 .text("keepalive"),
         )
         .into_response()
 }
 
 /// A run's events as an SSE response.
-pub fn run_stream(events: RunEvents, framing: Framing, shutdown: CancellationToken) -> Response {
+pub fn run_stream(events: RunEvents, framing: Framing, options: SseOptions) -> Response {
     let frames = events.into_stream().map(move |item| match item {
         Ok(event) => frame(&event, framing),
         Err(error) => {
@@ -71,7 +76,7 @@ pub fn run_stream(events: RunEvents, framing: Framing, shutdown: CancellationTok
                 .data(json!({"event": "error", "error": "stream failed"}).to_string())
         }
     });
-    respond(frames, shutdown)
+    respond(frames, options)
 }
 
 /// A re-attached stream: meta frames (no `id`, so they never move a client's
@@ -79,7 +84,7 @@ pub fn run_stream(events: RunEvents, framing: Framing, shutdown: CancellationTok
 pub fn resume_stream(
     meta: Vec<(&'static str, serde_json::Value)>,
     events: RunEvents,
-    shutdown: CancellationToken,
+    options: SseOptions,
 ) -> Response {
     let meta = stream::iter(
         meta.into_iter()
@@ -94,11 +99,11 @@ pub fn resume_stream(
                 .data(json!({"event": "error", "error": "stream failed"}).to_string())
         }
     });
-    respond(meta.chain(frames), shutdown)
+    respond(meta.chain(frames), options)
 }
 
 /// An SSE response of exactly one frame (the busy answer of a streamed run).
-pub fn single(event_type: &str, data: serde_json::Value, shutdown: CancellationToken) -> Response {
+pub fn single(event_type: &str, data: serde_json::Value, options: SseOptions) -> Response {
     let frame = Event::default().event(event_type).data(data.to_string());
-    respond(stream::iter([frame]), shutdown)
+    respond(stream::iter([frame]), options)
 }
