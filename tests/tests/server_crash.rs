@@ -1,0 +1,234 @@
+//! Crash test of the whole server (issue 3): the real `turnstile serve` under a mixed
+//! load of background, streamed and cancelled runs on many sessions, killed with
+//! SIGKILL at random moments and restarted each time. At the end the journal
+//! verifies, every run that was acknowledged (a 202 or a first SSE frame) has ended,
+//! no attempt ran twice, no tool call appears twice in a run, and every session
+//! accepts a new turn.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use rand::seq::IndexedRandom;
+use serde_json::Value;
+use turnstile_journal::{Event, Journal, JournalOptions, JournalPos};
+use turnstile_tests::{Server, parse_sse, turnstile, write_config};
+
+const SESSIONS: usize = 12;
+const MESSAGES: [&str; 5] = [
+    "/tool Read {}\n/sleep 60\n/reply read",
+    "/sleep 250\n/tool Write {}\n/reply wrote",
+    "hello",
+    "/fail transient 1\n/tool Grep {}\n/reply retried",
+    "/tool Bash {}\n/tool Read {}\n/sleep 120",
+];
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap()
+}
+
+type Acknowledged = Arc<Mutex<Vec<String>>>;
+
+async fn load(base: String, acknowledged: Acknowledged, seed: u64) {
+    let client = client();
+    let mut rng: rand::rngs::StdRng = rand::SeedableRng::seed_from_u64(seed);
+    loop {
+        let session = format!("s{}", rng.random_range(0..SESSIONS));
+        let message = *MESSAGES.choose(&mut rng).unwrap();
+        let action = rng.random_range(0..10);
+        let url = format!("{base}/agents/scripted/runs");
+        if action < 5 {
+            let form = [
+                ("message", message),
+                ("session_id", session.as_str()),
+                ("background", "true"),
+                ("stream", "false"),
+            ];
+            if let Ok(response) = client.post(&url).form(&form).send().await {
+                if response.status() == 202 {
+                    if let Ok(body) = response.json::<Value>().await {
+                        acknowledged
+                            .lock()
+                            .unwrap()
+                            .push(body["run_id"].as_str().unwrap().to_owned());
+                    }
+                }
+            }
+        } else if action < 8 {
+            let form = [
+                ("message", message),
+                ("session_id", session.as_str()),
+                ("multitask_strategy", "enqueue"),
+            ];
+            if let Ok(mut response) = client.post(&url).form(&form).send().await {
+                if let Ok(Ok(Some(chunk))) =
+                    tokio::time::timeout(Duration::from_secs(2), response.chunk()).await
+                {
+                    let text = String::from_utf8_lossy(&chunk).to_string();
+                    if let Some(run_id) = parse_sse(&text)
+                        .first()
+                        .and_then(|f| f.data["run_id"].as_str().map(str::to_owned))
+                    {
+                        acknowledged.lock().unwrap().push(run_id);
+                    }
+                }
+            }
+        } else {
+            let target = acknowledged.lock().unwrap().choose(&mut rng).cloned();
+            if let Some(run_id) = target {
+                let _ = client
+                    .post(format!("{base}/agents/scripted/runs/{run_id}/cancel"))
+                    .send()
+                    .await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_survives_sigkill_under_load() {
+    let kills: usize = std::env::var("TURNSTILE_SERVER_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let seed: u64 = std::env::var("TURNSTILE_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| rand::rng().random());
+    println!("seed {seed} (replay with TURNSTILE_SEED={seed})");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        "max_concurrent_runs = 4",
+        "retries = 1\ndelay_between_retries_s = 0.05",
+    );
+    let data = dir.path().join("data");
+    let args = ["--config", config.to_str().unwrap()];
+    let acknowledged: Acknowledged = Arc::new(Mutex::new(Vec::new()));
+    let mut rng: rand::rngs::StdRng = rand::SeedableRng::seed_from_u64(seed);
+    for kill in 0..kills {
+        let server = Server::start_with(&data, &args);
+        let workers: Vec<_> = (0..4)
+            .map(|n| {
+                tokio::spawn(load(
+                    server.base.clone(),
+                    acknowledged.clone(),
+                    seed ^ ((kill * 8 + n) as u64),
+                ))
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(rng.random_range(300..1200))).await;
+        server.kill();
+        for worker in workers {
+            worker.abort();
+        }
+    }
+    let runs: Vec<String> = acknowledged.lock().unwrap().clone();
+    assert!(
+        runs.len() >= 20,
+        "too little load to test anything: {} runs",
+        runs.len()
+    );
+
+    let server = Server::start_with(&data, &args);
+    let client = client();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    for run_id in &runs {
+        loop {
+            let run: Value = client
+                .get(server.url(&format!("/agents/scripted/runs/{run_id}")))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let status = run["status"].as_str().unwrap_or_default().to_owned();
+            if ["COMPLETED", "ERROR", "CANCELLED"].contains(&status.as_str()) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "run {run_id} stays {status} after the crashes"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    for n in 0..SESSIONS {
+        let response = client
+            .post(server.url("/agents/scripted/runs"))
+            .form(&[
+                ("message", "after the crashes"),
+                ("session_id", &format!("s{n}")),
+                ("stream", "false"),
+                ("multitask_strategy", "enqueue"),
+            ])
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await
+            .unwrap();
+        let run: Value = response.json().await.unwrap();
+        assert_eq!(
+            run["status"], "COMPLETED",
+            "session s{n} takes a new turn: {run}"
+        );
+    }
+    server.terminate();
+
+    let verify = turnstile(&["journal", "verify", "--data-dir", data.to_str().unwrap()]);
+    assert_eq!(
+        verify.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+    let journal = Journal::open(&data, JournalOptions::default()).unwrap();
+    let mut attempts: HashMap<String, Vec<u32>> = HashMap::new();
+    let mut tool_calls: HashMap<String, HashSet<String>> = HashMap::new();
+    for record in journal.read_from(JournalPos(0)) {
+        let record = record.unwrap();
+        match &record.event {
+            Event::AttemptStarted {
+                run_id, attempt, ..
+            } => attempts
+                .entry(run_id.to_string())
+                .or_default()
+                .push(*attempt),
+            Event::RunEventEmitted {
+                run_id,
+                event_type,
+                data,
+                ..
+            } if event_type == "ToolCallStarted" => {
+                let data: Value = serde_json::from_str(data).unwrap();
+                let id = data["tool"]["tool_call_id"].as_str().unwrap().to_owned();
+                assert!(
+                    tool_calls
+                        .entry(run_id.to_string())
+                        .or_default()
+                        .insert(id.clone()),
+                    "tool call {id} twice in run {run_id}"
+                );
+            }
+            _ => {}
+        }
+    }
+    for (run_id, numbers) in &attempts {
+        let increasing = numbers.windows(2).all(|pair| pair[0] < pair[1]);
+        assert!(increasing, "run {run_id} ran attempts {numbers:?}");
+    }
+    assert!(
+        journal.open_runs().unwrap().is_empty(),
+        "runs left open: {:?}",
+        journal.open_runs().unwrap()
+    );
+    println!(
+        "{kills} SIGKILLs, {} acknowledged runs all ended",
+        runs.len()
+    );
+}
