@@ -41,6 +41,14 @@ enum Command {
         #[command(subcommand)]
         command: JournalCommand,
     },
+    /// Benchmark helper: a bare axum JSON endpoint (`POST /agents/{id}/runs`) that
+    /// answers at once, the baseline the gateway's overhead is measured against.
+    #[command(hide = true)]
+    BenchBaseline {
+        /// Listen address.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        addr: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -76,6 +84,7 @@ pub fn main() -> ExitCode {
         Command::Journal {
             command: JournalCommand::Verify { config, data_dir },
         } => verify(config, data_dir),
+        Command::BenchBaseline { addr } => bench_baseline(&addr),
     };
     match result {
         Ok(code) => code,
@@ -151,4 +160,12 @@ fn verify(config: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result<
             Ok(ExitCode::from(1))
         }
     }
+}
+
+fn bench_baseline(addr: &str) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(crate::serve::serve_baseline(addr))?;
+    Ok(ExitCode::SUCCESS)
 }

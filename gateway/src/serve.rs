@@ -86,3 +86,34 @@ async fn wait_for_signal(shutdown: CancellationToken) {
     tracing::info!("shutdown signal received");
     shutdown.cancel();
 }
+
+/// A bare axum JSON endpoint on the same stack as the gateway (TCP_NODELAY, body
+/// parsing), answering a run request at once: the baseline of the HTTP benchmark.
+pub async fn serve_baseline(addr: &str) -> anyhow::Result<()> {
+    use axum::routing::post;
+    let addr: SocketAddr = addr
+        .parse()
+        .with_context(|| format!("{addr:?} is not HOST:PORT"))?;
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let app = axum::Router::new().route(
+        "/agents/{agent_id}/runs",
+        post(
+            |axum::Form(form): axum::Form<std::collections::HashMap<String, String>>| async move {
+                axum::Json(
+                    serde_json::json!({"status": "COMPLETED", "content": form.get("message")}),
+                )
+            },
+        ),
+    );
+    eprintln!("baseline listening on http://{local}");
+    let shutdown = CancellationToken::new();
+    tokio::spawn(wait_for_signal(shutdown.clone()));
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await?;
+    Ok(())
+}

@@ -37,13 +37,14 @@ pub enum Framing {
 fn frame(event: &WireEvent, framing: Framing) -> Event {
     let data = match framing {
         Framing::Inline => event.data.clone(),
-        Framing::Indexed => match serde_json::from_str::<serde_json::Value>(&event.data) {
-            Ok(mut value) => {
-                value["event_index"] = json!(event.event_index.0);
-                value["run_id"] = json!(event.run_id);
-                value.to_string()
+        // The stored JSON already names the run: splice the index in front rather than
+        // parse and re-serialize every event of a long replay.
+        Framing::Indexed => match event.data.strip_prefix('{') {
+            Some(rest) if rest.trim_start().starts_with('}') => {
+                format!("{{\"event_index\":{}}}", event.event_index.0)
             }
-            Err(_) => event.data.clone(),
+            Some(rest) => format!("{{\"event_index\":{},{rest}", event.event_index.0),
+            None => event.data.clone(),
         },
     };
     Event::default()

@@ -1,0 +1,326 @@
+//! Run benchmarks (issue 3), written up in `docs/PERFORMANCE.md`:
+//! - memory per idle session: RSS with 100,000 sessions created, then passivated;
+//! - turns per second with the scripted harness, durable: one session sequentially and
+//!   1,000 sessions in parallel, in process (embedding API) and over HTTP, beside a
+//!   bare axum JSON endpoint on the same machine in the same run;
+//! - re-attaching to a finished run of 10,000 events: request to last frame.
+//!
+//! `cargo bench -p turnstile-tests --bench runs`. Knobs: `BENCH_SESSIONS_IDLE`
+//! (100000), `BENCH_TURNS_SEQUENTIAL` (1000), `BENCH_SESSIONS_PARALLEL` (1000).
+//! Not a test: nothing is asserted beyond the runs completing.
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::Semaphore;
+use turnstile_actors::{AgentSpec, Multitask, RetryPolicy, Runtime, RuntimeConfig, StartRun};
+use turnstile_harness::ScriptedHarness;
+use turnstile_journal::SessionId;
+use turnstile_projections::RunStatus;
+use turnstile_tests::{Server, parse_sse, turnstile_bin, write_config};
+
+const IN_FLIGHT: usize = 256;
+const TURNS_PER_SESSION: usize = 3;
+
+fn knob(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+fn runtime(dir: &std::path::Path, session_idle: Duration) -> Runtime {
+    let agent = AgentSpec {
+        id: "scripted".into(),
+        name: "Scripted".into(),
+        description: String::new(),
+        harness: Arc::new(ScriptedHarness),
+        retry: RetryPolicy::default(),
+    };
+    let mut config = RuntimeConfig::new(dir.to_path_buf(), vec![agent]);
+    config.max_concurrent_runs = IN_FLIGHT;
+    config.max_queued_runs = 1_000_000;
+    config.session_idle = session_idle;
+    config.arbiters = 2;
+    Runtime::open(config).unwrap()
+}
+
+fn turn(session: &str, message: &str) -> StartRun {
+    StartRun {
+        agent_id: "scripted".into(),
+        session_id: Some(SessionId::parse(session).unwrap()),
+        user_id: None,
+        message: message.into(),
+        options: serde_json::json!({}),
+        multitask: Multitask::Reject,
+        idempotency_key: None,
+    }
+}
+
+async fn in_process_turn(runtime: &Runtime, session: &str) {
+    let view = runtime
+        .start_run(turn(session, "hello"))
+        .await
+        .unwrap()
+        .unwrap()
+        .outcome()
+        .await
+        .unwrap();
+    assert_eq!(view.status, RunStatus::Completed);
+}
+
+/// Runs `turns` turns on each of `sessions` sessions, at most IN_FLIGHT sessions at once.
+async fn parallel<F, Fut>(sessions: usize, turns: usize, one_turn: F) -> f64
+where
+    F: Fn(String) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let one_turn = Arc::new(one_turn);
+    let gate = Arc::new(Semaphore::new(IN_FLIGHT));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..sessions)
+        .map(|n| {
+            let one_turn = one_turn.clone();
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                let _permit = gate.acquire_owned().await.unwrap();
+                for _ in 0..turns {
+                    one_turn(format!("p{n}")).await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    (sessions * turns) as f64 / started.elapsed().as_secs_f64()
+}
+
+async fn http_turn(client: &reqwest::Client, base: &str, session: &str) {
+    let response = client
+        .post(format!("{base}/agents/scripted/runs"))
+        .form(&[
+            ("message", "hello"),
+            ("session_id", session),
+            ("stream", "false"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["status"], "COMPLETED");
+}
+
+async fn http_rates(base: String, sequential: usize, sessions: usize) -> (f64, f64) {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(IN_FLIGHT)
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    for _ in 0..sequential {
+        http_turn(&client, &base, "seq").await;
+    }
+    let sequential_rate = sequential as f64 / started.elapsed().as_secs_f64();
+    let parallel_rate = parallel(sessions, TURNS_PER_SESSION, move |session| {
+        let client = client.clone();
+        let base = base.clone();
+        async move { http_turn(&client, &base, &session).await }
+    })
+    .await;
+    (sequential_rate, parallel_rate)
+}
+
+struct Baseline(std::process::Child, String);
+
+impl Baseline {
+    fn start() -> Baseline {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(turnstile_bin())
+            .args(["bench-baseline", "--addr", "127.0.0.1:0"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(stderr)
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line.split("http://").nth(1).unwrap().trim().to_owned();
+        Baseline(child, format!("http://{addr}"))
+    }
+}
+
+impl Drop for Baseline {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let idle_sessions = knob("BENCH_SESSIONS_IDLE", 100_000);
+    let sequential = knob("BENCH_TURNS_SEQUENTIAL", 1_000);
+    let sessions = knob("BENCH_SESSIONS_PARALLEL", 1_000);
+
+    // Memory first, while the process is fresh.
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = runtime(dir.path(), Duration::from_secs(3));
+        let before = rss_bytes();
+        let started = Instant::now();
+        let rt = runtime.clone();
+        parallel(idle_sessions, 1, move |session| {
+            let runtime = rt.clone();
+            async move { in_process_turn(&runtime, &session).await }
+        })
+        .await;
+        let created_in = started.elapsed();
+        let alive = runtime.sessions_in_memory().await.unwrap();
+        let with_sessions = rss_bytes();
+        while runtime.sessions_in_memory().await.unwrap() > 0 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let passivated = rss_bytes();
+        println!(
+            "## Memory per idle session ({idle_sessions} sessions, one turn each, created in {:.1} s)\n",
+            created_in.as_secs_f64()
+        );
+        println!("| state | session actors in memory | RSS growth | per session |");
+        println!("|---|---:|---:|---:|");
+        println!(
+            "| after their turn | {alive} | {:.1} MiB | {:.0} B |",
+            (with_sessions.saturating_sub(before)) as f64 / 1048576.0,
+            (with_sessions.saturating_sub(before)) as f64 / idle_sessions as f64
+        );
+        println!(
+            "| passivated | 0 | {:.1} MiB | {:.0} B |\n",
+            (passivated.saturating_sub(before)) as f64 / 1048576.0,
+            (passivated.saturating_sub(before)) as f64 / idle_sessions as f64
+        );
+        runtime.shutdown().await.unwrap();
+    }
+
+    // Turns per second, in process.
+    let (in_process_sequential, in_process_parallel) = {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = runtime(dir.path(), Duration::from_secs(60));
+        let started = Instant::now();
+        for _ in 0..sequential {
+            in_process_turn(&runtime, "seq").await;
+        }
+        let sequential_rate = sequential as f64 / started.elapsed().as_secs_f64();
+        let rt = runtime.clone();
+        let parallel_rate = parallel(sessions, TURNS_PER_SESSION, move |session| {
+            let runtime = rt.clone();
+            async move { in_process_turn(&runtime, &session).await }
+        })
+        .await;
+        runtime.shutdown().await.unwrap();
+        (sequential_rate, parallel_rate)
+    };
+
+    // Turns per second over HTTP, beside the bare endpoint.
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &format!("max_concurrent_runs = {IN_FLIGHT}\nmax_queued_runs = 1000000"),
+        "",
+    );
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let (http_sequential, http_parallel) =
+        http_rates(server.base.clone(), sequential, sessions).await;
+    let baseline = Baseline::start();
+    let (bare_sequential, bare_parallel) =
+        http_rates(baseline.1.clone(), sequential, sessions).await;
+    drop(baseline);
+
+    println!(
+        "## Turns per second, scripted harness, durable ({sequential} sequential turns on one session; {sessions} sessions x {TURNS_PER_SESSION} turns, {IN_FLIGHT} sessions in flight)\n"
+    );
+    println!("| path | one session, sequential | {sessions} sessions, parallel |");
+    println!("|---|---:|---:|");
+    println!(
+        "| in process (embedding API) | {in_process_sequential:.0} | {in_process_parallel:.0} |"
+    );
+    println!("| HTTP, `turnstile serve` | {http_sequential:.0} | {http_parallel:.0} |");
+    println!("| HTTP, bare axum JSON endpoint | {bare_sequential:.0} | {bare_parallel:.0} |");
+    println!(
+        "| turnstile HTTP / bare axum | {:.3} | {:.3} |",
+        http_sequential / bare_sequential,
+        http_parallel / bare_parallel
+    );
+    println!(
+        "| turnstile HTTP / in process | {:.2} | {:.2} |\n",
+        http_sequential / in_process_sequential,
+        http_parallel / in_process_parallel
+    );
+
+    // Re-attaching to a finished run of 10,000 events.
+    let client = reqwest::Client::new();
+    let message = "/tool Read {}\n".repeat(5_000);
+    let run: Value = client
+        .post(server.url("/agents/scripted/runs"))
+        .form(&[("message", message.as_str()), ("stream", "false")])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_id = run["run_id"].as_str().unwrap().to_owned();
+    let mut times = Vec::new();
+    let mut frames = 0;
+    for _ in 0..7 {
+        let started = Instant::now();
+        let body = client
+            .post(server.url(&format!("/agents/scripted/runs/{run_id}/resume")))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        times.push(started.elapsed());
+        frames = parse_sse(&body).len();
+    }
+    times.sort();
+    println!("## Re-attaching to a finished run\n");
+    println!(
+        "| run events | frames received | request to last frame, median of 7 | best | worst |"
+    );
+    println!("|---:|---:|---:|---:|---:|");
+    println!(
+        "| {} | {frames} | {:.1} ms | {:.1} ms | {:.1} ms |",
+        frames - 1,
+        times[3].as_secs_f64() * 1e3,
+        times[0].as_secs_f64() * 1e3,
+        times[6].as_secs_f64() * 1e3
+    );
+    server.terminate();
+}
