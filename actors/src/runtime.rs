@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -226,7 +226,7 @@ impl Runtime {
             )),
             queued: AtomicUsize::new(0),
             max_queued_runs: config.max_queued_runs,
-            session_idle: config.session_idle,
+            session_idle_ms: AtomicU64::new(config.session_idle.as_millis().min(u128::from(u64::MAX)) as u64),
         });
         let arbiter_count = config.arbiters.max(1);
         let (sender, receiver) = std::sync::mpsc::channel();
@@ -421,6 +421,12 @@ impl Runtime {
         })
         .await
         .map_err(|error| RuntimeError::Internal(error.to_string()))?
+    }
+
+    /// Changes how long idle session actors stay in memory; actors check within 5 s.
+    pub fn set_session_idle(&self, idle: Duration) {
+        let ms = idle.as_millis().min(u128::from(u64::MAX)) as u64;
+        self.inner.shared.session_idle_ms.store(ms, Ordering::Relaxed);
     }
 
     /// Session actors in memory (the rest are passivated).

@@ -9,7 +9,7 @@
 //! An idle actor passivates; the next command rebuilds it from the journal.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -40,10 +40,15 @@ pub(crate) struct Shared {
     /// Runs accepted and not yet started, across sessions.
     pub queued: AtomicUsize,
     pub max_queued_runs: usize,
-    pub session_idle: Duration,
+    /// How long an idle session actor stays in memory, in milliseconds (adjustable).
+    pub session_idle_ms: AtomicU64,
 }
 
 impl Shared {
+    pub(crate) fn session_idle(&self) -> Duration {
+        Duration::from_millis(self.session_idle_ms.load(Ordering::Relaxed))
+    }
+
     pub(crate) fn live_run(&self, run_id: &RunId) -> Option<broadcast::Receiver<Arc<WireEvent>>> {
         self.live_runs
             .lock()
@@ -405,18 +410,13 @@ impl Actor for SessionActor {
             }
         }
         self.state = state;
-        let idle = self.shared.session_idle;
-        ctx.run_interval(
-            idle.min(Duration::from_secs(5))
-                .max(Duration::from_millis(50)),
-            move |actor, ctx| {
-                let idle_now =
-                    actor.in_flight.is_none() && actor.queue.is_empty() && !actor.electing;
-                if idle_now && actor.last_active.elapsed() >= idle {
-                    ctx.stop();
-                }
-            },
-        );
+        let check_every = self.shared.session_idle().min(Duration::from_secs(5)).max(Duration::from_millis(50));
+        ctx.run_interval(check_every, |actor, ctx| {
+            let idle_now = actor.in_flight.is_none() && actor.queue.is_empty() && !actor.electing;
+            if idle_now && actor.last_active.elapsed() >= actor.shared.session_idle() {
+                ctx.stop();
+            }
+        });
         let endings = self.recover();
         let journal = self.shared.journal.clone();
         let session_id = self.session_id.clone();

@@ -187,7 +187,7 @@ async fn main() {
     // Memory first, while the process is fresh.
     {
         let dir = tempfile::tempdir().unwrap();
-        let runtime = runtime(dir.path(), Duration::from_secs(3));
+        let runtime = runtime(dir.path(), Duration::from_secs(3600));
         let before = rss_bytes();
         let started = Instant::now();
         let rt = runtime.clone();
@@ -199,6 +199,7 @@ async fn main() {
         let created_in = started.elapsed();
         let alive = runtime.sessions_in_memory().await.unwrap();
         let with_sessions = rss_bytes();
+        runtime.set_session_idle(Duration::from_millis(1));
         while runtime.sessions_in_memory().await.unwrap() > 0 {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
