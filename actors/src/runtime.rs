@@ -226,7 +226,9 @@ impl Runtime {
             )),
             queued: AtomicUsize::new(0),
             max_queued_runs: config.max_queued_runs,
-            session_idle_ms: AtomicU64::new(config.session_idle.as_millis().min(u128::from(u64::MAX)) as u64),
+            session_idle_ms: AtomicU64::new(
+                config.session_idle.as_millis().min(u128::from(u64::MAX)) as u64,
+            ),
         });
         let arbiter_count = config.arbiters.max(1);
         let (sender, receiver) = std::sync::mpsc::channel();
@@ -426,7 +428,10 @@ impl Runtime {
     /// Changes how long idle session actors stay in memory; actors check within 5 s.
     pub fn set_session_idle(&self, idle: Duration) {
         let ms = idle.as_millis().min(u128::from(u64::MAX)) as u64;
-        self.inner.shared.session_idle_ms.store(ms, Ordering::Relaxed);
+        self.inner
+            .shared
+            .session_idle_ms
+            .store(ms, Ordering::Relaxed);
     }
 
     /// Session actors in memory (the rest are passivated).

@@ -410,7 +410,11 @@ impl Actor for SessionActor {
             }
         }
         self.state = state;
-        let check_every = self.shared.session_idle().min(Duration::from_secs(5)).max(Duration::from_millis(50));
+        let check_every = self
+            .shared
+            .session_idle()
+            .min(Duration::from_secs(5))
+            .max(Duration::from_millis(50));
         ctx.run_interval(check_every, |actor, ctx| {
             let idle_now = actor.in_flight.is_none() && actor.queue.is_empty() && !actor.electing;
             if idle_now && actor.last_active.elapsed() >= actor.shared.session_idle() {

@@ -602,7 +602,10 @@ async fn cancelling_a_run_a_crash_left_running_ends_it_and_frees_its_session() {
         let journal = Journal::open(&path, JournalOptions::default()).unwrap();
         let run_id = RunId::new_v7();
         let events = vec![
-            Event::SessionCreated { agent_id: "scripted".into(), user_id: None },
+            Event::SessionCreated {
+                agent_id: "scripted".into(),
+                user_id: None,
+            },
             Event::RunQueued {
                 run_id: run_id.clone(),
                 agent_id: "scripted".into(),
@@ -610,16 +613,31 @@ async fn cancelling_a_run_a_crash_left_running_ends_it_and_frees_its_session() {
                 input: "/tool Read {}\n/sleep 30000".into(),
                 options: "{}".into(),
             },
-            Event::RunStarted { run_id: run_id.clone(), model: "scripted".into(), model_provider: "turnstile".into() },
-            Event::AttemptStarted { run_id: run_id.clone(), attempt: 1, harness_session_id: "h".into() },
+            Event::RunStarted {
+                run_id: run_id.clone(),
+                model: "scripted".into(),
+                model_provider: "turnstile".into(),
+            },
+            Event::AttemptStarted {
+                run_id: run_id.clone(),
+                attempt: 1,
+                harness_session_id: "h".into(),
+            },
         ];
-        journal.append_blocking(&SessionId::parse("crashed").unwrap(), Expected::Any, events).unwrap().unwrap();
+        journal
+            .append_blocking(&SessionId::parse("crashed").unwrap(), Expected::Any, events)
+            .unwrap()
+            .unwrap();
         journal.close().unwrap();
         run_id
     })
     .join()
     .unwrap();
-    let retry = RetryPolicy { retries: 1, delay_between_retries_s: 0.0, exponential_backoff: false };
+    let retry = RetryPolicy {
+        retries: 1,
+        delay_between_retries_s: 0.0,
+        exponential_backoff: false,
+    };
     let runtime = open_with(dir.path(), retry, 8, 100);
     // Recovery gives it a second attempt; the client cancels it.
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -627,7 +645,11 @@ async fn cancelling_a_run_a_crash_left_running_ends_it_and_frees_its_session() {
     let view = view_when_ended(&runtime, &run_id).await;
     assert_eq!(view.status, RunStatus::Cancelled);
     assert_eq!(view.attempts, 2);
-    let next = submit(&runtime, "crashed", "free again", Multitask::Reject).await.outcome().await.unwrap();
+    let next = submit(&runtime, "crashed", "free again", Multitask::Reject)
+        .await
+        .outcome()
+        .await
+        .unwrap();
     assert_eq!(next.content, "echo: free again");
     runtime.shutdown().await.unwrap();
 }
