@@ -123,6 +123,33 @@ pub enum Event {
         /// The run.
         run_id: RunId,
     },
+    /// A continuation forked a harness session: the new one starts with the first
+    /// `transcript_lines` lines of the old one, so the harness remembers only up to there.
+    HarnessSessionForked {
+        /// The continuation run.
+        run_id: RunId,
+        /// The run it continues from.
+        from_run_id: RunId,
+        /// The message boundary it continues from.
+        message_index: u32,
+        /// The harness session forked.
+        from_harness_session_id: String,
+        /// The new harness session.
+        harness_session_id: String,
+        /// Lines of the old transcript the new one keeps.
+        transcript_lines: u32,
+    },
+    /// A harness session was compacted: a summary now stands for earlier messages.
+    TranscriptCompacted {
+        /// The run that compacted (`None` for the compact route).
+        run_id: Option<RunId>,
+        /// The harness session.
+        harness_session_id: String,
+        /// The summary.
+        summary: String,
+        /// How many messages the summary replaces.
+        replaced_messages: u32,
+    },
 }
 
 impl Event {
@@ -139,7 +166,9 @@ impl Event {
             | Event::RunFailed { run_id, .. }
             | Event::RunCancelled { run_id, .. }
             | Event::AttemptFailed { run_id, .. }
-            | Event::IdempotencyKeyBound { run_id, .. } => Some(run_id),
+            | Event::IdempotencyKeyBound { run_id, .. }
+            | Event::HarnessSessionForked { run_id, .. } => Some(run_id),
+            Event::TranscriptCompacted { run_id, .. } => run_id.as_ref(),
         }
     }
 
@@ -157,6 +186,8 @@ impl Event {
             Event::RunCancelled { .. } => "RunCancelled",
             Event::AttemptFailed { .. } => "AttemptFailed",
             Event::IdempotencyKeyBound { .. } => "IdempotencyKeyBound",
+            Event::HarnessSessionForked { .. } => "HarnessSessionForked",
+            Event::TranscriptCompacted { .. } => "TranscriptCompacted",
         }
     }
 

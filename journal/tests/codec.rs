@@ -69,7 +69,21 @@ fn samples() -> Vec<Event> {
         },
         Event::IdempotencyKeyBound {
             key: "scripted:k1".into(),
-            run_id,
+            run_id: run_id.clone(),
+        },
+        Event::HarnessSessionForked {
+            run_id: run_id.clone(),
+            from_run_id: RunId::parse("run-0").unwrap(),
+            message_index: 3,
+            from_harness_session_id: "h1".into(),
+            harness_session_id: "h2".into(),
+            transcript_lines: 4,
+        },
+        Event::TranscriptCompacted {
+            run_id: Some(run_id),
+            harness_session_id: "h2".into(),
+            summary: "[summary of 2 messages]".into(),
+            replaced_messages: 2,
         },
     ];
     for event in &samples {
@@ -84,7 +98,9 @@ fn samples() -> Vec<Event> {
             | Event::RunFailed { .. }
             | Event::RunCancelled { .. }
             | Event::AttemptFailed { .. }
-            | Event::IdempotencyKeyBound { .. } => {}
+            | Event::IdempotencyKeyBound { .. }
+            | Event::HarnessSessionForked { .. }
+            | Event::TranscriptCompacted { .. } => {}
         }
     }
     samples
@@ -255,6 +271,45 @@ fn any_event() -> impl Strategy<Value = Event> {
                 }
             }),
         (any_id(), any_text()).prop_map(|(run_id, key)| Event::IdempotencyKeyBound { key, run_id }),
+        (
+            any_id(),
+            any_id(),
+            any::<u32>(),
+            any_text(),
+            any_text(),
+            any::<u32>()
+        )
+            .prop_map(
+                |(
+                    run_id,
+                    from_run_id,
+                    message_index,
+                    from_harness_session_id,
+                    harness_session_id,
+                    transcript_lines,
+                )| Event::HarnessSessionForked {
+                    run_id,
+                    from_run_id,
+                    message_index,
+                    from_harness_session_id,
+                    harness_session_id,
+                    transcript_lines
+                }
+            ),
+        (
+            proptest::option::of(any_id()),
+            any_text(),
+            any_text(),
+            any::<u32>()
+        )
+            .prop_map(|(run_id, harness_session_id, summary, replaced_messages)| {
+                Event::TranscriptCompacted {
+                    run_id,
+                    harness_session_id,
+                    summary,
+                    replaced_messages,
+                }
+            }),
     ]
 }
 
