@@ -33,6 +33,7 @@ async fn main() -> anyhow::Result<()> {
         options: serde_json::json!({}),
         multitask: Multitask::Reject,
         idempotency_key: None,
+        fork: None,
     };
     let mut run = match runtime.start_run(command).await? {
         Ok(run) => run,

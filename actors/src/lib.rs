@@ -8,6 +8,7 @@
 //!
 //! This crate does not speak HTTP and does not parse configuration files.
 
+pub mod history;
 mod registry;
 mod run;
 mod runtime;
@@ -16,6 +17,7 @@ mod stream;
 
 pub use run::{RetryPolicy, WireEvent};
 pub use runtime::{
-    AgentSpec, Multitask, Refused, RunHandle, Runtime, RuntimeConfig, RuntimeError, StartRun,
+    AgentSpec, CompactOutcome, ContinueFrom, ContinueRun, Multitask, Refused, RunHandle, Runtime,
+    RuntimeConfig, RuntimeError, StartRun,
 };
 pub use stream::RunEvents;

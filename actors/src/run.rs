@@ -13,7 +13,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
-use turnstile_harness::{Harness, HarnessError, HarnessEvent, ToolCall, TurnOutcome, TurnRequest};
+use turnstile_harness::{
+    ErrorKind, Harness, HarnessError, HarnessEvent, ToolCall, TurnOutcome, TurnRequest,
+};
 use turnstile_journal::limits::HARNESS_EVENTS_BUFFERED;
 use turnstile_journal::{Event, EventIndex, Expected, Journal, Recorded, RunId, SessionId};
 
@@ -173,6 +175,9 @@ pub(crate) struct RunTask {
     pub next_index: EventIndex,
     /// The worker slot this run holds; released when the task ends.
     pub slot: tokio::sync::OwnedSemaphorePermit,
+    /// The prompt of a fresh harness session seeded with the history, used when the
+    /// harness session cannot be resumed (`None` for continuations, which never fall back).
+    pub fallback_prompt: Option<String>,
 }
 
 enum AttemptEnd {
@@ -196,6 +201,28 @@ impl RunTask {
                     break self.completed(outcome, started, first_token);
                 }
                 AttemptEnd::Harness(Err(HarnessError::Cancelled)) => break self.cancelled(),
+                AttemptEnd::Harness(Err(HarnessError::Failed {
+                    kind: ErrorKind::SessionNotFound,
+                    message,
+                })) if self.request.harness_session_id.is_some()
+                    && self.fallback_prompt.is_some() =>
+                {
+                    // The harness session is gone: start a fresh one seeded with the history.
+                    let warning = json!({"warning": {
+                        "type": "session_fallback",
+                        "message": "The harness session could not be resumed; the turn ran on a fresh session seeded with the conversation history.",
+                        "error": message,
+                    }});
+                    let index = self.take_index();
+                    let event = self.identity.emitted(index, "CustomEvent", warning);
+                    if let Err(error) = self.append(vec![event], &mut records).await {
+                        break self.failed("journal_error", &error, false);
+                    }
+                    self.request.harness_session_id = None;
+                    self.request.transcript.clear();
+                    self.request.message = self.fallback_prompt.take().unwrap_or_default();
+                    continue;
+                }
                 AttemptEnd::Harness(Err(HarnessError::Failed { kind, message })) => (kind, message),
             };
             let attempt = self.request.attempt;
@@ -386,6 +413,16 @@ impl RunTask {
                     json!({"tool": tool_json(&tool)}),
                 )
             }
+            HarnessEvent::Compacted {
+                summary,
+                replaced_messages,
+            } => Event::TranscriptCompacted {
+                run_id: Some(run_id),
+                harness_session_id: self.request.harness_session_id.clone().unwrap_or_default(),
+                summary,
+                replaced_messages,
+                lines: Vec::new(),
+            },
         }
     }
 

@@ -16,11 +16,11 @@ use actix::prelude::*;
 use turnstile_harness::Harness;
 use turnstile_journal::limits::SHUTDOWN_DRAIN_MS;
 use turnstile_journal::{EventIndex, Journal, JournalOptions, RunId, Seq, SessionId};
-use turnstile_projections::{RunView, SessionState};
+use turnstile_projections::{ForkPoint, RunStatus, RunView, SessionState};
 
 use crate::registry::{CountSessions, GetSession, Registry, WakeSession};
 use crate::run::RetryPolicy;
-use crate::session::{CancelRunMsg, Shared, StartRunMsg};
+use crate::session::{CancelRunMsg, CompactMsg, Shared, StartRunMsg};
 use crate::stream::RunEvents;
 
 /// One configured agent: an id, a display name and the harness that runs its turns.
@@ -96,6 +96,50 @@ pub struct StartRun {
     pub multitask: Multitask,
     /// A client key: a repeated submission with it returns the first run.
     pub idempotency_key: Option<String>,
+    /// For a continuation: the run and harness transcript point it starts from.
+    pub fork: Option<ForkPoint>,
+}
+
+/// Where a continuation starts in its source run (agno's `continue_from`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContinueFrom {
+    /// After the run's last message.
+    End,
+    /// Before the run's user message: replays the turn (or answers `input` instead).
+    LastUser,
+    /// A message boundary; one inside a tool batch moves to the batch's end.
+    MessageIndex(u32),
+}
+
+/// A continuation of a finished run, as a new run in the same session.
+#[derive(Debug, Clone)]
+pub struct ContinueRun {
+    /// The finished run.
+    pub run_id: RunId,
+    /// Where to continue from.
+    pub continue_from: ContinueFrom,
+    /// The new message; without one, `last_user` replays the turn and other points
+    /// say "Continue from where you left off."
+    pub input: Option<String>,
+    /// The client's user id.
+    pub user_id: Option<String>,
+    /// Run options recorded with the new run (JSON object).
+    pub options: serde_json::Value,
+    /// Busy-session behaviour.
+    pub multitask: Multitask,
+}
+
+/// How a compaction request ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompactOutcome {
+    /// Whether the session was compacted.
+    pub compacted: bool,
+    /// `compacted`, `no_history` or `nothing_to_compact`.
+    pub status: &'static str,
+    /// For humans.
+    pub message: String,
+    /// What was compacted: harness session, summary, messages replaced.
+    pub record: Option<serde_json::Value>,
 }
 
 /// A start refused for a reason the caller can act on: an expected outcome.
@@ -130,6 +174,26 @@ pub enum Refused {
     QueueFull {
         /// The limit.
         limit: usize,
+    },
+    /// The session is being compacted.
+    #[error("Session {session_id} is being compacted; send the turn again in a moment.")]
+    Compacting {
+        /// The session.
+        session_id: SessionId,
+    },
+    /// The run cannot be continued.
+    #[error("Cannot continue run {run_id}: {reason}")]
+    NotContinuable {
+        /// The run.
+        run_id: RunId,
+        /// Why.
+        reason: String,
+    },
+    /// No such run.
+    #[error("Run {run_id} not found")]
+    UnknownRun {
+        /// The id asked for.
+        run_id: RunId,
     },
     /// The runtime is shutting down.
     #[error("turnstile is shutting down")]
@@ -420,6 +484,122 @@ impl Runtime {
         tokio::spawn(async move {
             let session = inner.registry.send(GetSession(session_id)).await?;
             Ok(session.send(CancelRunMsg(run_id)).await?)
+        })
+        .await
+        .map_err(|error| RuntimeError::Internal(error.to_string()))?
+    }
+
+    /// Continues a finished run from one of its checkpoints as a new run with fork
+    /// lineage; the finished run is never rewritten. The new run's harness session is a
+    /// fork that remembers only what happened up to the continuation point.
+    pub async fn continue_run(
+        &self,
+        command: ContinueRun,
+    ) -> Result<Result<RunHandle, Refused>, RuntimeError> {
+        let Some(source) = self.run_view(&command.run_id)? else {
+            return Ok(Err(Refused::UnknownRun {
+                run_id: command.run_id,
+            }));
+        };
+        let refuse = |reason: &str| {
+            Ok(Err(Refused::NotContinuable {
+                run_id: source.run_id.clone(),
+                reason: reason.to_owned(),
+            }))
+        };
+        match source.status {
+            RunStatus::Cancelled => return refuse("the run is cancelled"),
+            RunStatus::Pending | RunStatus::Running => return refuse("the run has not finished"),
+            RunStatus::Completed | RunStatus::Error => {}
+        }
+        let Some(harness_session_id) = source.harness_session_id.clone() else {
+            return refuse("the run never reached its harness");
+        };
+        let message_count = source.message_count();
+        let index = match command.continue_from {
+            ContinueFrom::End => message_count,
+            ContinueFrom::LastUser => 1,
+            ContinueFrom::MessageIndex(index) if index <= message_count => index,
+            ContinueFrom::MessageIndex(index) => {
+                return refuse(&format!(
+                    "message index {index} is past the run's {message_count} messages"
+                ));
+            }
+        };
+        let (index, transcript_lines, message) = if index == 0 {
+            let Some(input) = command.input.clone() else {
+                return refuse("continuing from message 0 needs an input");
+            };
+            (0, source.transcript_start, input)
+        } else if index == 1 && command.input.is_none() {
+            // Replay: the turn again, from before its user message.
+            (1, source.transcript_start, source.input.clone())
+        } else {
+            let prompt = command
+                .input
+                .clone()
+                .unwrap_or_else(|| "Continue from where you left off.".to_owned());
+            match source
+                .checkpoints
+                .iter()
+                .find(|checkpoint| checkpoint.message_index >= index)
+            {
+                Some(checkpoint)
+                    if checkpoint.message_index < message_count || index < message_count =>
+                {
+                    (
+                        checkpoint.message_index,
+                        checkpoint.transcript_lines,
+                        prompt,
+                    )
+                }
+                _ => (message_count, source.transcript_end, prompt),
+            }
+        };
+        let fork = ForkPoint {
+            from_run_id: source.run_id.clone(),
+            message_index: index,
+            harness_session_id,
+            transcript_lines,
+        };
+        self.start_run(StartRun {
+            agent_id: source.agent_id.clone(),
+            session_id: Some(source.session_id.clone()),
+            user_id: command.user_id.or(source.user_id.clone()),
+            message,
+            options: command.options,
+            multitask: command.multitask,
+            idempotency_key: None,
+            fork: Some(fork),
+        })
+        .await
+    }
+
+    /// Compacts the session's harness session; refused while a run is in flight.
+    pub async fn compact_session(
+        &self,
+        agent_id: &str,
+        session_id: &SessionId,
+    ) -> Result<Result<CompactOutcome, Refused>, RuntimeError> {
+        let Some(state) = self.session_state(session_id)? else {
+            return Ok(Ok(CompactOutcome {
+                compacted: false,
+                status: "no_history",
+                message: format!("Session {session_id} has no history to compact."),
+                record: None,
+            }));
+        };
+        if state.session.agent_id != agent_id {
+            return Ok(Err(Refused::AgentMismatch {
+                session_id: session_id.clone(),
+                agent_id: state.session.agent_id,
+            }));
+        }
+        let inner = self.inner.clone();
+        let session_id = session_id.clone();
+        tokio::spawn(async move {
+            let session = inner.registry.send(GetSession(session_id)).await?;
+            session.send(CompactMsg).await?
         })
         .await
         .map_err(|error| RuntimeError::Internal(error.to_string()))?

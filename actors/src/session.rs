@@ -17,16 +17,17 @@ use actix::prelude::*;
 use serde_json::json;
 use tokio::sync::{Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
-use turnstile_harness::TurnRequest;
+use turnstile_harness::{CompactRequest, Compaction, TurnRequest};
 use turnstile_journal::limits::{RUN_BROADCAST_EVENTS, SESSION_MAILBOX_MESSAGES};
 use turnstile_journal::{Event, EventIndex, Expected, Journal, Recorded, RunId, Seq, SessionId};
 use turnstile_projections::{RunStatus, SessionState};
 
+use crate::history::{branch_history, render_prompt};
 use crate::registry::{Passivated, Registry};
 use crate::run::{
     Finished, RunIdentity, RunTask, WireEvent, broadcast_wire, cancelled_events, failed_events,
 };
-use crate::runtime::{AgentSpec, Multitask, Refused, RuntimeError, StartRun};
+use crate::runtime::{AgentSpec, CompactOutcome, Multitask, Refused, RuntimeError, StartRun};
 
 /// What every actor of one runtime shares.
 pub(crate) struct Shared {
@@ -104,6 +105,8 @@ pub(crate) struct SessionActor {
     in_flight: Option<InFlight>,
     /// Waiting for a worker slot for the head of the queue.
     electing: bool,
+    /// A compaction is running: the session takes no turn meanwhile.
+    compacting: bool,
     last_active: Instant,
     /// Set when the journal could not be read: the actor refuses work rather than guess.
     broken: Option<String>,
@@ -123,6 +126,10 @@ pub(crate) struct StartRunMsg(pub StartRun);
 #[derive(Message)]
 #[rtype(result = "bool")]
 pub(crate) struct CancelRunMsg(pub RunId);
+
+#[derive(Message)]
+#[rtype(result = "Result<Result<CompactOutcome, Refused>, RuntimeError>")]
+pub(crate) struct CompactMsg;
 
 /// Makes sure the actor exists (start-up recovery).
 #[derive(Message)]
@@ -147,6 +154,7 @@ impl SessionActor {
             queue: VecDeque::new(),
             in_flight: None,
             electing: false,
+            compacting: false,
             last_active: Instant::now(),
             broken: None,
         }
@@ -241,7 +249,7 @@ impl SessionActor {
 
     /// Elects the head of the queue when the session is free, then waits for a slot.
     fn pump(&mut self, ctx: &mut Context<Self>) {
-        if self.in_flight.is_some() || self.electing || self.broken.is_some() {
+        if self.in_flight.is_some() || self.electing || self.compacting || self.broken.is_some() {
             return;
         }
         if !self.queue.front().is_some_and(|head| head.durable) {
@@ -298,6 +306,46 @@ impl SessionActor {
             ));
             next_index = next_index.next();
         }
+        // A continuation runs on a fork of the source's harness session that keeps the
+        // transcript up to the continuation point; every other run resumes the newest branch.
+        let (harness_session_id, transcript) = match (&run.fork, head.resume) {
+            (Some(fork), false) => {
+                let forked_id = uuid::Uuid::now_v7().to_string();
+                let kept: Vec<String> = self
+                    .state
+                    .session
+                    .transcripts
+                    .get(&fork.harness_session_id)
+                    .map(|lines| {
+                        lines
+                            .iter()
+                            .take(fork.transcript_lines as usize)
+                            .cloned()
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                events.push(Event::HarnessSessionForked {
+                    run_id: run.run_id.clone(),
+                    from_run_id: fork.from_run_id.clone(),
+                    message_index: fork.message_index,
+                    from_harness_session_id: fork.harness_session_id.clone(),
+                    harness_session_id: forked_id.clone(),
+                    transcript_lines: kept.len() as u32,
+                });
+                (Some(forked_id), kept)
+            }
+            _ => (
+                self.state.session.harness_session_id.clone(),
+                self.state.session.transcript().to_vec(),
+            ),
+        };
+        let fallback_prompt = match run.fork {
+            Some(_) => None,
+            None => Some(render_prompt(
+                &branch_history(&self.state, &run.run_id),
+                &run.input,
+            )),
+        };
         let task = RunTask {
             identity,
             journal: self.shared.journal.clone(),
@@ -307,14 +355,15 @@ impl SessionActor {
                 session_id: self.session_id.clone(),
                 attempt: run.attempts + 1,
                 message: run.input.clone(),
-                harness_session_id: self.state.session.harness_session_id.clone(),
-                transcript: self.state.session.transcript.clone(),
+                harness_session_id,
+                transcript,
             },
             policy: agent.retry,
             cancel,
             live: live.clone(),
             next_index,
             slot,
+            fallback_prompt,
         };
         let journal = self.shared.journal.clone();
         let session_id = self.session_id.clone();
@@ -480,6 +529,11 @@ impl Handler<StartRunMsg> for SessionActor {
         if let Some(reason) = &self.broken {
             return Box::pin(fut::ready(Err(RuntimeError::Internal(reason.clone()))));
         }
+        if self.compacting && command.multitask == Multitask::Reject {
+            return refuse(Refused::Compacting {
+                session_id: self.session_id.clone(),
+            });
+        }
         if command.multitask == Multitask::Reject {
             if let Some(run_id) = self.busy_with() {
                 return refuse(Refused::Busy {
@@ -519,7 +573,14 @@ impl Handler<StartRunMsg> for SessionActor {
             agent_id: agent.id.clone(),
             user_id: command.user_id.clone(),
             input: command.message.clone(),
-            options: command.options.to_string(),
+            options: match &command.fork {
+                Some(fork) => {
+                    let mut options = command.options.clone();
+                    options["fork"] = serde_json::to_value(fork).unwrap_or_default();
+                    options.to_string()
+                }
+                None => command.options.to_string(),
+            },
         });
         if let Some(key) = &command.idempotency_key {
             events.push(Event::IdempotencyKeyBound {
@@ -613,5 +674,119 @@ impl Handler<CancelRunMsg> for SessionActor {
         let terminal = cancelled_events(&identity, EventIndex(run.event_count));
         self.end_run(run_id, terminal, None, ctx);
         true
+    }
+}
+
+impl Handler<CompactMsg> for SessionActor {
+    type Result = ResponseActFuture<Self, Result<Result<CompactOutcome, Refused>, RuntimeError>>;
+
+    fn handle(&mut self, _: CompactMsg, _: &mut Self::Context) -> Self::Result {
+        self.last_active = Instant::now();
+        let ready = |outcome| -> Self::Result { Box::pin(fut::ready(outcome)) };
+        if let Some(reason) = &self.broken {
+            return ready(Err(RuntimeError::Internal(reason.clone())));
+        }
+        if let Some(run_id) = self.busy_with() {
+            return ready(Ok(Err(Refused::Busy {
+                session_id: self.session_id.clone(),
+                run_id: run_id.clone(),
+            })));
+        }
+        if self.compacting {
+            return ready(Ok(Err(Refused::Compacting {
+                session_id: self.session_id.clone(),
+            })));
+        }
+        let no_history = |message: String| CompactOutcome {
+            compacted: false,
+            status: "no_history",
+            message,
+            record: None,
+        };
+        let Some(harness_session_id) = self.state.session.harness_session_id.clone() else {
+            return ready(Ok(Ok(no_history(format!(
+                "Session {} has no history to compact.",
+                self.session_id
+            )))));
+        };
+        let Some(agent) = self
+            .shared
+            .agents
+            .get(&self.state.session.agent_id)
+            .cloned()
+        else {
+            return ready(Ok(Ok(no_history(format!(
+                "Session {} belongs to no configured agent.",
+                self.session_id
+            )))));
+        };
+        let request = CompactRequest {
+            session_id: self.session_id.clone(),
+            harness_session_id: harness_session_id.clone(),
+            transcript: self.state.session.transcript().to_vec(),
+        };
+        self.compacting = true;
+        let journal = self.shared.journal.clone();
+        let session_id = self.session_id.clone();
+        Box::pin(
+            async move {
+                let outcome = agent.harness.compact(request).await;
+                let (lines, summary, replaced_messages) = match outcome {
+                    Ok(Compaction::Compacted {
+                        lines,
+                        summary,
+                        replaced_messages,
+                    }) => (lines, summary, replaced_messages),
+                    Ok(Compaction::NothingToCompact { reason }) => {
+                        return Ok((
+                            CompactOutcome {
+                                compacted: false,
+                                status: "nothing_to_compact",
+                                message: reason,
+                                record: None,
+                            },
+                            Vec::new(),
+                        ));
+                    }
+                    Err(error) => {
+                        return Err(RuntimeError::Internal(format!(
+                            "compaction failed: {error}"
+                        )));
+                    }
+                };
+                let event = Event::TranscriptCompacted {
+                    run_id: None,
+                    harness_session_id: harness_session_id.clone(),
+                    summary: summary.clone(),
+                    replaced_messages,
+                    lines,
+                };
+                let records = journal
+                    .append(&session_id, Expected::Any, vec![event])
+                    .await?
+                    .map_err(|c| RuntimeError::Internal(c.to_string()))?;
+                let outcome = CompactOutcome {
+                    compacted: true,
+                    status: "compacted",
+                    message: format!("Compacted {replaced_messages} messages into a summary."),
+                    record: Some(json!({
+                        "harness_session_id": harness_session_id,
+                        "summary": summary,
+                        "replaced_messages": replaced_messages,
+                    })),
+                };
+                Ok((outcome, records))
+            }
+            .into_actor(self)
+            .map(|result, actor, ctx| {
+                actor.compacting = false;
+                let result = result.map(|(outcome, records)| {
+                    actor.apply(&records);
+                    outcome
+                });
+                actor.pump(ctx);
+                result.map(Ok)
+            }),
+        )
     }
 }

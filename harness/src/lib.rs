@@ -91,6 +91,13 @@ pub enum HarnessEvent {
         /// The call with its result.
         tool: ToolCall,
     },
+    /// The harness compacted its session during the turn (its transcript lines say how).
+    Compacted {
+        /// The summary that stands for the replaced messages.
+        summary: String,
+        /// How many messages it replaces.
+        replaced_messages: u32,
+    },
 }
 
 /// Token and cost usage of one turn.
@@ -138,6 +145,9 @@ pub enum ErrorKind {
     MaxTurns,
     /// The agent hit its budget.
     MaxBudget,
+    /// The harness session to resume does not exist (any more): the runtime falls back
+    /// to a fresh session seeded with the history.
+    SessionNotFound,
 }
 
 impl ErrorKind {
@@ -157,6 +167,7 @@ impl ErrorKind {
             ErrorKind::Policy => "policy",
             ErrorKind::MaxTurns => "max_turns",
             ErrorKind::MaxBudget => "max_budget",
+            ErrorKind::SessionNotFound => "session_not_found",
         }
     }
 
@@ -171,6 +182,7 @@ impl ErrorKind {
             ErrorKind::Policy,
             ErrorKind::MaxTurns,
             ErrorKind::MaxBudget,
+            ErrorKind::SessionNotFound,
         ]
         .into_iter()
         .find(|kind| kind.slug() == slug)
@@ -197,6 +209,36 @@ pub enum HarnessError {
 /// only happens when the run task is gone, so the turn stops as if cancelled.
 pub type EventSink = mpsc::Sender<HarnessEvent>;
 
+/// What compacting a harness session needs.
+#[derive(Debug, Clone)]
+pub struct CompactRequest {
+    /// The turnstile session.
+    pub session_id: SessionId,
+    /// The harness session to compact.
+    pub harness_session_id: String,
+    /// Its transcript, oldest first.
+    pub transcript: Vec<String>,
+}
+
+/// How a compaction ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Compaction {
+    /// The session was compacted: `lines` go at the end of its transcript.
+    Compacted {
+        /// Transcript lines that record the compaction (boundary and summary).
+        lines: Vec<String>,
+        /// The summary.
+        summary: String,
+        /// How many messages it replaces.
+        replaced_messages: u32,
+    },
+    /// Nothing worth compacting.
+    NothingToCompact {
+        /// Why, for humans.
+        reason: String,
+    },
+}
+
 /// One coding agent behind a uniform turn interface.
 pub trait Harness: Send + Sync + 'static {
     /// Identity for listings and `RunStarted`.
@@ -210,4 +252,10 @@ pub trait Harness: Send + Sync + 'static {
         events: EventSink,
         cancel: CancellationToken,
     ) -> BoxFuture<'static, Result<TurnOutcome, HarnessError>>;
+
+    /// Compacts a harness session outside a turn (the compact route).
+    fn compact(
+        &self,
+        request: CompactRequest,
+    ) -> BoxFuture<'static, Result<Compaction, HarnessError>>;
 }

@@ -4,7 +4,8 @@
 //! installed. Directives are lines starting with `/` (see `spec/scripted-harness.md`);
 //! everything else is prose. Its harness session is its transcript: JSON lines of
 //! `user`, `tool_use`, `tool_result` and `assistant` entries, which the runtime
-//! journals and hands back, exactly as it does for the real CLIs.
+//! journals and hands back, exactly as it does for the real CLIs. `/compact` compacts
+//! that transcript; `/lost-session` makes a resume fail as a vanished CLI session does.
 //! It does not touch the disk or the network.
 
 use std::time::Duration;
@@ -14,8 +15,8 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    ErrorKind, EventSink, Harness, HarnessError, HarnessEvent, HarnessInfo, ToolCall, TurnOutcome,
-    TurnRequest, Usage,
+    CompactRequest, Compaction, ErrorKind, EventSink, Harness, HarnessError, HarnessEvent,
+    HarnessInfo, ToolCall, TurnOutcome, TurnRequest, Usage,
 };
 
 /// See the module documentation.
@@ -43,6 +44,8 @@ struct Script {
     json: Option<String>,
     usage: Option<(u64, u64, u64, f64)>,
     history: bool,
+    compact: bool,
+    lost_session: bool,
     prose: Vec<String>,
     has_directive: bool,
 }
@@ -66,9 +69,20 @@ fn json_text(text: &str, directive: &str) -> Result<String, HarnessError> {
         .map_err(|error| invalid(format!("{directive}: argument is not JSON: {error}")))
 }
 
+/// The marker before the current message in a prompt seeded with history.
+const CURRENT_MESSAGE: &str = "\n\nCurrent message:\n";
+
 fn parse(message: &str) -> Result<Script, HarnessError> {
     let mut script = Script::default();
-    for line in message.lines() {
+    // In a fresh session seeded with history, earlier messages are quoted: only the
+    // current message's directives act.
+    let acting_from = message
+        .find(CURRENT_MESSAGE)
+        .map_or(0, |at| at + CURRENT_MESSAGE.len());
+    script
+        .prose
+        .extend(message[..acting_from].lines().map(str::to_owned));
+    for line in message[acting_from..].lines() {
         let Some(directive) = line.strip_prefix('/') else {
             script.prose.push(line.to_owned());
             continue;
@@ -151,6 +165,8 @@ fn parse(message: &str) -> Result<Script, HarnessError> {
                 })?);
             }
             "history" => script.history = true,
+            "compact" => script.compact = true,
+            "lost-session" => script.lost_session = true,
             other => return Err(invalid(format!("unknown directive /{other}"))),
         }
     }
@@ -166,14 +182,35 @@ fn history_label(message: &str) -> String {
         .unwrap_or_else(|| "(directives)".to_owned())
 }
 
-/// The user messages of a scripted transcript, oldest first.
-pub fn transcript_user_messages(transcript: &[String]) -> Vec<String> {
-    transcript
+/// The conversation as `/history` shows it: one line per earlier user message, oldest
+/// first, where the last compaction's summary stands for the messages it replaced.
+fn history_lines(transcript: &[String]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for entry in transcript
         .iter()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|entry| entry["type"] == "user")
-        .filter_map(|entry| entry["text"].as_str().map(str::to_owned))
-        .collect()
+    {
+        match entry["type"].as_str() {
+            Some("user") => lines.push(history_label(entry["text"].as_str().unwrap_or_default())),
+            Some("compact_boundary") => {
+                lines = vec![entry["summary"].as_str().unwrap_or_default().to_owned()];
+            }
+            _ => {}
+        }
+    }
+    lines
+}
+
+/// Compacts a scripted transcript: a boundary line whose summary replaces every
+/// history line so far. `None` when there are fewer than two to replace.
+fn compaction(transcript: &[String]) -> Option<(String, String, u32)> {
+    let replaced = history_lines(transcript).len() as u32;
+    if replaced < 2 {
+        return None;
+    }
+    let summary = format!("[summary of {replaced} messages]");
+    let line = json!({"type": "compact_boundary", "uuid": uuid::Uuid::now_v7().to_string(), "summary": summary, "replaced": replaced});
+    Some((line.to_string(), summary, replaced))
 }
 
 async fn emit(events: &EventSink, event: HarnessEvent) -> Result<(), HarnessError> {
@@ -207,6 +244,14 @@ async fn run(
     cancel: CancellationToken,
 ) -> Result<TurnOutcome, HarnessError> {
     let script = parse(&request.message)?;
+    if script.lost_session {
+        if let Some(id) = &request.harness_session_id {
+            return Err(HarnessError::Failed {
+                kind: ErrorKind::SessionNotFound,
+                message: format!("No conversation found with session ID: {id}"),
+            });
+        }
+    }
     let harness_session_id = request
         .harness_session_id
         .clone()
@@ -301,15 +346,38 @@ async fn run(
     }
     check(&cancel)?;
 
+    if script.compact {
+        // `/compact` as a message compacts the session so far, this message excluded.
+        let compacted = compaction(&request.transcript);
+        let content = match &compacted {
+            Some((_, summary, replaced)) => format!("Compacted {replaced} messages into {summary}"),
+            None => "Not enough messages to compact".to_owned(),
+        };
+        if let Some((line, summary, replaced_messages)) = compacted {
+            emit(&events, HarnessEvent::TranscriptLine { line }).await?;
+            emit(
+                &events,
+                HarnessEvent::Compacted {
+                    summary,
+                    replaced_messages,
+                },
+            )
+            .await?;
+        }
+        for delta in deltas(&content) {
+            emit(&events, HarnessEvent::ContentDelta { text: delta }).await?;
+        }
+        return Ok(TurnOutcome {
+            content,
+            usage: Usage::default(),
+        });
+    }
     let content = if let Some(json) = &script.json {
         json_text(json, "json")?
     } else if let Some(reply) = &script.reply {
         reply.clone()
     } else if script.history {
-        let mut lines: Vec<String> = transcript_user_messages(&request.transcript)
-            .iter()
-            .map(|message| history_label(message))
-            .collect();
+        let mut lines = history_lines(&request.transcript);
         lines.push(history_label(&request.message));
         lines.join("\n")
     } else if script.has_directive {
@@ -363,5 +431,22 @@ impl Harness for ScriptedHarness {
         cancel: CancellationToken,
     ) -> BoxFuture<'static, Result<TurnOutcome, HarnessError>> {
         Box::pin(run(request, events, cancel))
+    }
+
+    fn compact(
+        &self,
+        request: CompactRequest,
+    ) -> BoxFuture<'static, Result<Compaction, HarnessError>> {
+        let outcome = match compaction(&request.transcript) {
+            Some((line, summary, replaced_messages)) => Compaction::Compacted {
+                lines: vec![line],
+                summary,
+                replaced_messages,
+            },
+            None => Compaction::NothingToCompact {
+                reason: "Not enough messages to compact".into(),
+            },
+        };
+        Box::pin(futures::future::ready(Ok(outcome)))
     }
 }

@@ -149,6 +149,9 @@ pub enum Event {
         summary: String,
         /// How many messages the summary replaces.
         replaced_messages: u32,
+        /// Transcript lines that record the compaction, appended to the harness
+        /// session's transcript (empty when the harness wrote them during a turn).
+        lines: Vec<String>,
     },
 }
 

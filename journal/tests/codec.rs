@@ -84,6 +84,7 @@ fn samples() -> Vec<Event> {
             harness_session_id: "h2".into(),
             summary: "[summary of 2 messages]".into(),
             replaced_messages: 2,
+            lines: vec![r#"{"type":"compact_boundary"}"#.into()],
         },
     ];
     for event in &samples {
@@ -300,16 +301,20 @@ fn any_event() -> impl Strategy<Value = Event> {
             proptest::option::of(any_id()),
             any_text(),
             any_text(),
-            any::<u32>()
+            any::<u32>(),
+            proptest::collection::vec(any_text(), 0..3)
         )
-            .prop_map(|(run_id, harness_session_id, summary, replaced_messages)| {
-                Event::TranscriptCompacted {
-                    run_id,
-                    harness_session_id,
-                    summary,
-                    replaced_messages,
+            .prop_map(
+                |(run_id, harness_session_id, summary, replaced_messages, lines)| {
+                    Event::TranscriptCompacted {
+                        run_id,
+                        harness_session_id,
+                        summary,
+                        replaced_messages,
+                        lines,
+                    }
                 }
-            }),
+            ),
     ]
 }
 

@@ -7,4 +7,4 @@
 
 mod session;
 
-pub use session::{RunStatus, RunView, SessionState, SessionView, ToolView};
+pub use session::{Checkpoint, ForkPoint, RunStatus, RunView, SessionState, SessionView, ToolView};

@@ -1,7 +1,10 @@
-//! The session fold: the session's own facts plus a view of each of its runs.
+//! The session fold: the session's own facts, its harness transcripts, and a view of
+//! each of its runs with the checkpoints a continuation can start from.
 //!
 //! Client-visible run events are stored as agno-shaped JSON; the fold reads from them
-//! only what a run view needs (streamed content, tool calls) and ignores the rest.
+//! only what a run view needs (streamed content, tool calls, warnings).
+
+use std::collections::HashMap;
 
 use serde::Serialize;
 use turnstile_journal::{Event, Recorded, RunId, Seq, SessionId};
@@ -60,6 +63,32 @@ pub struct ToolView {
     pub parent_tool_call_id: Option<String>,
 }
 
+/// A point a continuation can start from: the end of a tool result batch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    /// Boundary in the run's messages (`messages[..message_index]` are kept).
+    pub message_index: u32,
+    /// Lines of the run's harness transcript at that point.
+    pub transcript_lines: u32,
+    /// The tool call whose result ends the batch.
+    pub tool_call_id: String,
+    /// Microseconds since the epoch.
+    pub created_at_us: i64,
+}
+
+/// Where a continuation run starts: which run, which message, which transcript prefix.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct ForkPoint {
+    /// The run continued from.
+    pub from_run_id: RunId,
+    /// The message boundary.
+    pub message_index: u32,
+    /// The harness session forked.
+    pub harness_session_id: String,
+    /// Lines of its transcript the fork keeps.
+    pub transcript_lines: u32,
+}
+
 /// A run as the journal tells it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunView {
@@ -101,12 +130,36 @@ pub struct RunView {
     pub background: bool,
     /// The last failed attempt: (attempt, error type, retryable).
     pub last_failure: Option<(u32, String, bool)>,
-    /// Warnings shown to the client (retries), as agno's warning objects.
+    /// Warnings shown to the client (retries, fallbacks), as agno's warning objects.
     pub warnings: Vec<serde_json::Value>,
+    /// The continuation point this run started from, if it is a continuation.
+    pub fork: Option<ForkPoint>,
+    /// The harness session the run's attempts used.
+    pub harness_session_id: Option<String>,
+    /// Lines of that transcript when the run's first attempt began.
+    pub transcript_start: u32,
+    /// Lines of that transcript when the run ended.
+    pub transcript_end: u32,
+    /// Tool-batch checkpoints, in order.
+    pub checkpoints: Vec<Checkpoint>,
     /// Microseconds since the epoch.
     pub created_at_us: i64,
     /// Microseconds since the epoch.
     pub updated_at_us: i64,
+}
+
+impl RunView {
+    /// How many messages the run has, as agno lists them: the user's, a call and a
+    /// result per tool, and the answer once the run has ended with one.
+    pub fn message_count(&self) -> u32 {
+        let tools: u32 = self
+            .tools
+            .iter()
+            .map(|tool| 1 + u32::from(tool.result.is_some()))
+            .sum();
+        let answer = u32::from(self.status.is_terminal() && !self.content.is_empty());
+        1 + tools + answer
+    }
 }
 
 /// The session's own facts.
@@ -120,10 +173,29 @@ pub struct SessionView {
     pub created_at_us: i64,
     /// Microseconds since the epoch.
     pub updated_at_us: i64,
-    /// Harness session the next turn resumes.
+    /// Harness session the next turn resumes (the newest branch).
     pub harness_session_id: Option<String>,
-    /// That harness session's transcript, oldest first.
-    pub transcript: Vec<String>,
+    /// Every harness session's transcript, oldest line first.
+    pub transcripts: HashMap<String, Vec<String>>,
+    /// Compactions, oldest first: (harness session, summary, messages replaced).
+    pub compactions: Vec<(String, String, u32)>,
+}
+
+impl SessionView {
+    /// The transcript the next turn resumes.
+    pub fn transcript(&self) -> &[String] {
+        self.harness_session_id
+            .as_ref()
+            .and_then(|id| self.transcripts.get(id))
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
+
+    fn transcript_len(&self, harness_session_id: &str) -> u32 {
+        self.transcripts
+            .get(harness_session_id)
+            .map_or(0, |lines| lines.len() as u32)
+    }
 }
 
 /// A session and its runs: the fold of one session stream.
@@ -195,6 +267,8 @@ impl SessionState {
                 input,
                 options,
             } => {
+                let options_json: serde_json::Value =
+                    serde_json::from_str(options).unwrap_or_default();
                 self.runs.push(RunView {
                     run_id: run_id.clone(),
                     session_id: self.session_id.clone(),
@@ -213,12 +287,14 @@ impl SessionState {
                     attempts: 0,
                     event_count: 0,
                     queued_seq: record.seq,
-                    background: serde_json::from_str::<serde_json::Value>(options)
-                        .ok()
-                        .and_then(|options| options["background"].as_bool())
-                        .unwrap_or(false),
+                    background: options_json["background"].as_bool().unwrap_or(false),
                     last_failure: None,
                     warnings: Vec::new(),
+                    fork: serde_json::from_value(options_json["fork"].clone()).ok(),
+                    harness_session_id: None,
+                    transcript_start: 0,
+                    transcript_end: 0,
+                    checkpoints: Vec::new(),
                     created_at_us: ts,
                     updated_at_us: ts,
                 });
@@ -228,22 +304,71 @@ impl SessionState {
                 line,
                 ..
             } => {
-                if self.session.harness_session_id.as_ref() != Some(harness_session_id) {
-                    self.session.harness_session_id = Some(harness_session_id.clone());
-                    self.session.transcript.clear();
-                }
-                self.session.transcript.push(line.clone());
+                self.session.harness_session_id = Some(harness_session_id.clone());
+                self.session
+                    .transcripts
+                    .entry(harness_session_id.clone())
+                    .or_default()
+                    .push(line.clone());
             }
             Event::AttemptStarted {
                 harness_session_id, ..
             } => {
-                if self.session.harness_session_id.as_ref() != Some(harness_session_id) {
-                    self.session.harness_session_id = Some(harness_session_id.clone());
-                    self.session.transcript.clear();
-                }
+                self.session.harness_session_id = Some(harness_session_id.clone());
+                self.session
+                    .transcripts
+                    .entry(harness_session_id.clone())
+                    .or_default();
+            }
+            Event::HarnessSessionForked {
+                from_harness_session_id,
+                harness_session_id,
+                transcript_lines,
+                ..
+            } => {
+                let kept: Vec<String> = self
+                    .session
+                    .transcripts
+                    .get(from_harness_session_id)
+                    .map(|lines| {
+                        lines
+                            .iter()
+                            .take(*transcript_lines as usize)
+                            .cloned()
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                self.session
+                    .transcripts
+                    .insert(harness_session_id.clone(), kept);
+                self.session.harness_session_id = Some(harness_session_id.clone());
+            }
+            Event::TranscriptCompacted {
+                harness_session_id,
+                summary,
+                replaced_messages,
+                lines,
+                ..
+            } => {
+                self.session
+                    .transcripts
+                    .entry(harness_session_id.clone())
+                    .or_default()
+                    .extend(lines.iter().cloned());
+                self.session.harness_session_id = Some(harness_session_id.clone());
+                self.session.compactions.push((
+                    harness_session_id.clone(),
+                    summary.clone(),
+                    *replaced_messages,
+                ));
             }
             _ => {}
         }
+        let current_lines = self
+            .session
+            .harness_session_id
+            .as_deref()
+            .map_or(0, |id| self.session.transcript_len(id));
         let Some(run_id) = record.event.run_id() else {
             return;
         };
@@ -261,7 +386,17 @@ impl SessionState {
                 run.model = Some(model.clone());
                 run.model_provider = Some(model_provider.clone());
             }
-            Event::AttemptStarted { attempt, .. } => run.attempts = *attempt,
+            Event::AttemptStarted {
+                attempt,
+                harness_session_id,
+                ..
+            } => {
+                run.attempts = *attempt;
+                if run.harness_session_id.is_none() {
+                    run.harness_session_id = Some(harness_session_id.clone());
+                    run.transcript_start = current_lines;
+                }
+            }
             Event::RunEventEmitted {
                 event_index,
                 event_type,
@@ -269,7 +404,7 @@ impl SessionState {
                 ..
             } => {
                 run.event_count = event_index.0 + 1;
-                apply_wire_event(run, event_type, data);
+                apply_wire_event(run, event_type, data, current_lines, ts);
             }
             Event::RunCompleted {
                 content,
@@ -281,6 +416,7 @@ impl SessionState {
                 run.content = content.clone();
                 run.content_type = content_type.clone();
                 run.metrics = Some(metrics.clone());
+                run.transcript_end = current_lines;
             }
             Event::RunFailed {
                 error_type,
@@ -290,10 +426,12 @@ impl SessionState {
                 run.status = RunStatus::Error;
                 run.content = message.clone();
                 run.error = Some((error_type.clone(), message.clone()));
+                run.transcript_end = current_lines;
             }
             Event::RunCancelled { reason, .. } => {
                 run.status = RunStatus::Cancelled;
                 run.content = reason.clone();
+                run.transcript_end = current_lines;
             }
             Event::AttemptFailed {
                 attempt,
@@ -308,7 +446,13 @@ impl SessionState {
     }
 }
 
-fn apply_wire_event(run: &mut RunView, event_type: &str, data: &str) {
+fn apply_wire_event(
+    run: &mut RunView,
+    event_type: &str,
+    data: &str,
+    transcript_lines: u32,
+    ts: i64,
+) {
     let Ok(value) = serde_json::from_str::<serde_json::Value>(data) else {
         return;
     };
@@ -331,9 +475,26 @@ fn apply_wire_event(run: &mut RunView, event_type: &str, data: &str) {
                 tool_call_error: tool["tool_call_error"].as_bool().unwrap_or(false),
                 parent_tool_call_id: tool["parent_tool_call_id"].as_str().map(str::to_owned),
             };
-            match run.tools.iter_mut().find(|known| known.tool_call_id == id) {
-                Some(known) => *known = view,
-                None => run.tools.push(view),
+            let position = match run.tools.iter().position(|known| known.tool_call_id == id) {
+                Some(position) => {
+                    run.tools[position] = view;
+                    position
+                }
+                None => {
+                    run.tools.push(view);
+                    run.tools.len() - 1
+                }
+            };
+            // Messages are: the user's, then per tool a call and a result, then the
+            // answer; so the boundary after tool k's result is 3 + 2k. Subagent calls are
+            // not checkpoints: a fork keeps whole top-level batches only.
+            if event_type == "ToolCallCompleted" && tool["parent_tool_call_id"].is_null() {
+                run.checkpoints.push(Checkpoint {
+                    message_index: 3 + 2 * position as u32,
+                    transcript_lines,
+                    tool_call_id: id.to_owned(),
+                    created_at_us: ts,
+                });
             }
         }
         "CustomEvent" => {

@@ -74,6 +74,7 @@ fn turn(session: &str, message: &str) -> StartRun {
         options: serde_json::json!({}),
         multitask: Multitask::Reject,
         idempotency_key: None,
+        fork: None,
     }
 }
 

@@ -45,6 +45,7 @@ fn turn(session: &str, message: &str, multitask: Multitask) -> StartRun {
         options: serde_json::json!({"background": multitask == Multitask::Enqueue}),
         multitask,
         idempotency_key: None,
+        fork: None,
     }
 }
 

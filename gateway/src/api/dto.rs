@@ -79,9 +79,59 @@ pub fn run_output(run: &RunView, agent_name: &str) -> Value {
         "model": run.model,
         "model_provider": run.model_provider,
         "input": {"input_content": run.input},
-        "forked_from_run_id": null,
-        "forked_from_message_index": null,
+        "forked_from_run_id": run.fork.as_ref().map(|fork| fork.from_run_id.to_string()),
+        "forked_from_message_index": run.fork.as_ref().map(|fork| fork.message_index),
         "created_at": seconds(run.created_at_us),
         "updated_at": seconds(run.updated_at_us),
     })
+}
+
+fn preview(text: &str) -> String {
+    text.chars().take(120).collect()
+}
+
+/// agno's checkpoint list for a run: one entry per tool-result batch, then `end`.
+pub fn checkpoints(run: &RunView) -> Value {
+    let mut entries: Vec<Value> = run
+        .checkpoints
+        .iter()
+        .map(|checkpoint| {
+            let result = run
+                .tools
+                .iter()
+                .find(|tool| tool.tool_call_id == checkpoint.tool_call_id)
+                .and_then(|tool| tool.result.clone())
+                .unwrap_or_default();
+            json!({
+                "run_id": run.run_id,
+                "session_id": run.session_id,
+                "message_index": checkpoint.message_index,
+                "continue_from": checkpoint.message_index,
+                "status": "RUNNING",
+                "reason": "checkpoint",
+                "created_at": seconds(checkpoint.created_at_us),
+                "message_id": checkpoint.tool_call_id,
+                "message_role": "tool",
+                "message_preview": preview(&result),
+            })
+        })
+        .collect();
+    entries.push(json!({
+        "run_id": run.run_id,
+        "session_id": run.session_id,
+        "message_index": run.message_count(),
+        "continue_from": "end",
+        "status": run.status.as_str(),
+        "reason": "end",
+        "created_at": seconds(run.updated_at_us),
+        "message_id": null,
+        "message_role": if run.status.is_terminal() && !run.content.is_empty() { "assistant" } else { "user" },
+        "message_preview": preview(&run.content),
+    }));
+    let last = entries.len() - 1;
+    for (ordinal, entry) in entries.iter_mut().enumerate() {
+        entry["checkpoint_id"] = json!((ordinal + 1).to_string());
+        entry["is_latest"] = json!(ordinal == last);
+    }
+    json!({"run_id": run.run_id, "session_id": run.session_id, "checkpoints": entries})
 }

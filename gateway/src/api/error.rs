@@ -83,6 +83,15 @@ impl From<Refused> for ApiError {
                 message,
             },
             Refused::QueueFull { .. } => ApiError::TooManyRequests(message),
+            Refused::Compacting { .. } => ApiError::Conflict {
+                error_type: "session_busy",
+                message,
+            },
+            Refused::NotContinuable { .. } => ApiError::Conflict {
+                error_type: "run_not_continuable",
+                message,
+            },
+            Refused::UnknownRun { .. } => ApiError::NotFound(message),
             Refused::ShuttingDown => ApiError::ShuttingDown,
         }
     }

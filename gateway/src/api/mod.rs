@@ -17,11 +17,14 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use turnstile_actors::{AgentSpec, Multitask, Refused, Runtime, StartRun};
+use turnstile_actors::{
+    AgentSpec, ContinueFrom, ContinueRun, Multitask, Refused, RunHandle, Runtime, StartRun,
+};
 use turnstile_journal::limits::{
     IDEMPOTENCY_KEY_BYTES_MAX, MESSAGE_BYTES_MAX, REQUEST_BODY_BYTES_MAX,
 };
 use turnstile_journal::{EventIndex, RunId, SessionId};
+use turnstile_projections::RunView;
 
 use crate::api::error::ApiError;
 use crate::api::form::Fields;
@@ -48,6 +51,18 @@ pub fn router(state: AppState) -> Router {
         .route("/agents/{agent_id}/runs/{run_id}", get(get_run))
         .route("/agents/{agent_id}/runs/{run_id}/cancel", post(cancel_run))
         .route("/agents/{agent_id}/runs/{run_id}/resume", post(resume_run))
+        .route(
+            "/agents/{agent_id}/runs/{run_id}/checkpoints",
+            get(get_checkpoints),
+        )
+        .route(
+            "/agents/{agent_id}/runs/{run_id}/continue",
+            post(continue_run),
+        )
+        .route(
+            "/agents/{agent_id}/sessions/{session_id}/compact",
+            post(compact_session),
+        )
         .fallback(fallback)
         .layer(axum::extract::DefaultBodyLimit::max(REQUEST_BODY_BYTES_MAX))
         .with_state(state)
@@ -180,6 +195,7 @@ async fn create_run(
         options: json!({"stream": stream, "background": background}),
         multitask,
         idempotency_key,
+        fork: None,
     };
     let agent_name = agent.name.clone();
     let handle = match state.runtime.start_run(command).await? {
@@ -204,6 +220,17 @@ async fn create_run(
         }
         Err(refused) => return Err(refused.into()),
     };
+    respond_run(&state, handle, stream, background, &agent_name).await
+}
+
+/// The answer to an accepted run: a stream, a 202, or the finished run.
+async fn respond_run(
+    state: &AppState,
+    handle: RunHandle,
+    stream: bool,
+    background: bool,
+    agent_name: &str,
+) -> Result<Response, ApiError> {
     if stream {
         let framing = if background {
             Framing::Indexed
@@ -234,7 +261,7 @@ async fn create_run(
         view = handle.outcome() => view?,
         _ = shutdown.cancelled() => return Err(ApiError::ShuttingDown),
     };
-    Ok(Json(dto::run_output(&view, &agent_name)).into_response())
+    Ok(Json(dto::run_output(&view, agent_name)).into_response())
 }
 
 fn now_s() -> u64 {
@@ -362,4 +389,102 @@ async fn resume_run(
         ]
     };
     Ok(sse::resume_stream(meta, events, state.sse.clone()))
+}
+
+/// The run a route names, checked against its agent and the optional `session_id`.
+fn find_run(
+    state: &AppState,
+    agent: &AgentSpec,
+    run_id: &str,
+    session_id: Option<&str>,
+) -> Result<RunView, ApiError> {
+    let not_found = || ApiError::NotFound(format!("Run {run_id} not found"));
+    let parsed = RunId::parse(run_id).map_err(|_| not_found())?;
+    let view = state.runtime.run_view(&parsed)?.ok_or_else(not_found)?;
+    if view.agent_id != agent.id
+        || session_id.is_some_and(|session| session != view.session_id.as_str())
+    {
+        return Err(not_found());
+    }
+    Ok(view)
+}
+
+async fn get_checkpoints(
+    State(state): State<AppState>,
+    Path((agent_id, run_id)): Path<(String, String)>,
+    Query(query): Query<SessionQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let agent = find_agent(&state.runtime, &agent_id)?;
+    let view = find_run(&state, agent, &run_id, query.session_id.as_deref())?;
+    Ok(Json(dto::checkpoints(&view)))
+}
+
+/// Continues a finished run as a new sibling run; answers like `POST /runs`.
+async fn continue_run(
+    State(state): State<AppState>,
+    Path((agent_id, run_id)): Path<(String, String)>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let agent = find_agent(&state.runtime, &agent_id)?;
+    let fields = Fields::read(request).await?;
+    let source = find_run(&state, agent, &run_id, fields.text("session_id"))?;
+    let continue_from = match fields.text("continue_from").unwrap_or("end") {
+        "end" => ContinueFrom::End,
+        "last_user" => ContinueFrom::LastUser,
+        other => ContinueFrom::MessageIndex(other.trim().parse().map_err(|_| {
+            ApiError::Unprocessable(format!(
+                "continue_from must be end, last_user or a message index, got {other:?}"
+            ))
+        })?),
+    };
+    let _fork = fields.boolean("fork", false)?;
+    let stream = fields.boolean("stream", true)?;
+    let background = fields.boolean("background", false)?;
+    let input = fields.text("input").map(str::to_owned);
+    if input
+        .as_ref()
+        .is_some_and(|input| input.len() > MESSAGE_BYTES_MAX)
+    {
+        return Err(ApiError::Unprocessable(format!(
+            "input is longer than {MESSAGE_BYTES_MAX} bytes"
+        )));
+    }
+    let command = ContinueRun {
+        run_id: source.run_id.clone(),
+        continue_from,
+        input,
+        user_id: fields.text("user_id").map(str::to_owned),
+        options: json!({"stream": stream, "background": background}),
+        multitask: if background {
+            Multitask::Enqueue
+        } else {
+            Multitask::Reject
+        },
+    };
+    let agent_name = agent.name.clone();
+    let handle = match state.runtime.continue_run(command).await? {
+        Ok(handle) => handle,
+        Err(refused) => return Err(refused.into()),
+    };
+    respond_run(&state, handle, stream, background, &agent_name).await
+}
+
+/// `POST /agents/{agent_id}/sessions/{session_id}/compact`.
+async fn compact_session(
+    State(state): State<AppState>,
+    Path((agent_id, session_id)): Path<(String, String)>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let agent = find_agent(&state.runtime, &agent_id)?;
+    let not_found = || ApiError::NotFound(format!("Session {session_id} not found"));
+    let session = SessionId::parse(&session_id).map_err(|_| not_found())?;
+    match state.runtime.compact_session(&agent.id, &session).await? {
+        Ok(outcome) => Ok(Json(json!({
+            "status": outcome.status,
+            "message": outcome.message,
+            "compacted": outcome.compacted,
+            "record": outcome.record,
+        }))),
+        Err(Refused::AgentMismatch { .. }) => Err(not_found()),
+        Err(refused) => Err(refused.into()),
+    }
 }
