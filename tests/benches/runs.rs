@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::sync::Semaphore;
-use turnstile_actors::{AgentSpec, Multitask, RetryPolicy, Runtime, RuntimeConfig, StartRun};
-use turnstile_harness::ScriptedHarness;
-use turnstile_journal::SessionId;
+use turnstile_actors::{Multitask, RetryPolicy, Runtime, RuntimeConfig, StartRun};
 use turnstile_projections::RunStatus;
-use turnstile_tests::{Server, parse_sse, turnstile_bin, write_config};
+use turnstile_tests::{
+    Server, parse_sse, scripted_agent, start_command, turnstile_bin, write_config,
+};
 
 const IN_FLIGHT: usize = 256;
 const TURNS_PER_SESSION: usize = 3;
@@ -50,13 +50,7 @@ fn rss_bytes() -> u64 {
 }
 
 fn runtime(dir: &std::path::Path, session_idle: Duration) -> Runtime {
-    let agent = AgentSpec {
-        id: "scripted".into(),
-        name: "Scripted".into(),
-        description: String::new(),
-        harness: Arc::new(ScriptedHarness),
-        retry: RetryPolicy::default(),
-    };
+    let agent = scripted_agent(RetryPolicy::default());
     let mut config = RuntimeConfig::new(dir.to_path_buf(), vec![agent]);
     config.max_concurrent_runs = IN_FLIGHT;
     config.max_queued_runs = 1_000_000;
@@ -66,16 +60,7 @@ fn runtime(dir: &std::path::Path, session_idle: Duration) -> Runtime {
 }
 
 fn turn(session: &str, message: &str) -> StartRun {
-    StartRun {
-        agent_id: "scripted".into(),
-        session_id: Some(SessionId::parse(session).unwrap()),
-        user_id: None,
-        message: message.into(),
-        options: serde_json::json!({}),
-        multitask: Multitask::Reject,
-        idempotency_key: None,
-        fork: None,
-    }
+    start_command(session, message, Multitask::Reject)
 }
 
 async fn in_process_turn(runtime: &Runtime, session: &str) {

@@ -10,6 +10,10 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use turnstile_actors::{AgentSpec, Multitask, RetryPolicy, Runtime, RuntimeConfig, StartRun};
+use turnstile_harness::ScriptedHarness;
+use turnstile_journal::SessionId;
+
 /// The `turnstile` binary of this workspace, built (once per test process) with the
 /// same profile as the tests, so tests never run a stale binary.
 pub fn turnstile_bin() -> PathBuf {
@@ -223,4 +227,45 @@ pub fn write_config(dir: &Path, server: &str, agent: &str) -> PathBuf {
     );
     std::fs::write(&path, text).expect("write the configuration");
     path
+}
+
+/// An HTTP client for tests: a 30 s timeout, so a hung server fails the test.
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("reqwest client")
+}
+
+/// The scripted agent, with a retry policy.
+pub fn scripted_agent(retry: RetryPolicy) -> AgentSpec {
+    AgentSpec {
+        id: "scripted".into(),
+        name: "Scripted".into(),
+        description: String::new(),
+        harness: std::sync::Arc::new(ScriptedHarness),
+        retry,
+    }
+}
+
+/// A runtime on `dir` with the scripted agent, `slots` worker slots and a queue of `queued`.
+pub fn open_runtime(dir: &Path, retry: RetryPolicy, slots: usize, queued: usize) -> Runtime {
+    let mut config = RuntimeConfig::new(dir.to_path_buf(), vec![scripted_agent(retry)]);
+    config.max_concurrent_runs = slots;
+    config.max_queued_runs = queued;
+    Runtime::open(config).expect("open the runtime")
+}
+
+/// A turn for the scripted agent on session `session`.
+pub fn start_command(session: &str, message: &str, multitask: Multitask) -> StartRun {
+    StartRun {
+        agent_id: "scripted".into(),
+        session_id: Some(SessionId::parse(session).expect("session id")),
+        user_id: None,
+        message: message.into(),
+        options: serde_json::json!({"background": multitask == Multitask::Enqueue}),
+        multitask,
+        idempotency_key: None,
+        fork: None,
+    }
 }

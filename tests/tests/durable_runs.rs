@@ -3,33 +3,19 @@
 //! runs and during a retry backoff, retries, start-up recovery of runs a stopped
 //! process left open, idempotency keys, and passivation.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use turnstile_actors::{
-    AgentSpec, Multitask, Refused, RetryPolicy, RunHandle, Runtime, RuntimeConfig, StartRun,
+    Multitask, Refused, RetryPolicy, RunHandle, Runtime, RuntimeConfig, StartRun,
 };
-use turnstile_harness::ScriptedHarness;
 use turnstile_journal::{
     Event, EventIndex, Expected, Journal, JournalOptions, JournalPos, RunId, SessionId,
 };
 use turnstile_projections::{RunStatus, RunView};
-
-fn agent(retry: RetryPolicy) -> AgentSpec {
-    AgentSpec {
-        id: "scripted".into(),
-        name: "Scripted".into(),
-        description: String::new(),
-        harness: Arc::new(ScriptedHarness),
-        retry,
-    }
-}
+use turnstile_tests::{open_runtime, scripted_agent, start_command};
 
 fn open_with(dir: &std::path::Path, retry: RetryPolicy, slots: usize, queued: usize) -> Runtime {
-    let mut config = RuntimeConfig::new(dir.to_path_buf(), vec![agent(retry)]);
-    config.max_concurrent_runs = slots;
-    config.max_queued_runs = queued;
-    Runtime::open(config).unwrap()
+    open_runtime(dir, retry, slots, queued)
 }
 
 fn open(dir: &std::path::Path) -> Runtime {
@@ -37,16 +23,7 @@ fn open(dir: &std::path::Path) -> Runtime {
 }
 
 fn turn(session: &str, message: &str, multitask: Multitask) -> StartRun {
-    StartRun {
-        agent_id: "scripted".into(),
-        session_id: Some(SessionId::parse(session).unwrap()),
-        user_id: None,
-        message: message.into(),
-        options: serde_json::json!({"background": multitask == Multitask::Enqueue}),
-        multitask,
-        idempotency_key: None,
-        fork: None,
-    }
+    start_command(session, message, multitask)
 }
 
 async fn submit(
@@ -571,7 +548,7 @@ async fn an_idle_session_passivates_and_is_rebuilt_from_the_journal() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = RuntimeConfig::new(
         dir.path().to_path_buf(),
-        vec![agent(RetryPolicy::default())],
+        vec![scripted_agent(RetryPolicy::default())],
     );
     config.session_idle = Duration::from_millis(100);
     let runtime = Runtime::open(config).unwrap();

@@ -5,14 +5,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use turnstile_tests::{Server, event_types, parse_sse};
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
-}
+use turnstile_tests::{Server, event_types, http_client as client, parse_sse};
 
 async fn post_form(server: &Server, path: &str, form: &[(&str, &str)]) -> reqwest::Response {
     client()

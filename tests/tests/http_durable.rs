@@ -6,14 +6,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use turnstile_tests::{Frame, Server, event_types, parse_sse, write_config};
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
-}
+use turnstile_tests::{Frame, Server, event_types, http_client as client, parse_sse, write_config};
 
 async fn post(server: &Server, path: &str, form: &[(&str, &str)]) -> reqwest::Response {
     client()

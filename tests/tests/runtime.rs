@@ -2,41 +2,19 @@
 //! one turn per session, events journaled before they are seen, streams that start
 //! at any index, cancellation, and a session that resumes from the journal alone.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use turnstile_actors::{
-    AgentSpec, Multitask, Refused, RetryPolicy, RunHandle, Runtime, RuntimeConfig, StartRun,
-};
-use turnstile_harness::ScriptedHarness;
+use turnstile_actors::{Multitask, Refused, RetryPolicy, RunHandle, Runtime, StartRun};
 use turnstile_journal::{Event, EventIndex, Seq, SessionId};
 use turnstile_projections::RunStatus;
+use turnstile_tests::{open_runtime, start_command};
 
 fn open(dir: &std::path::Path) -> Runtime {
-    Runtime::open(RuntimeConfig::new(
-        dir.to_path_buf(),
-        vec![AgentSpec {
-            id: "scripted".into(),
-            name: "Scripted".into(),
-            description: String::new(),
-            harness: Arc::new(ScriptedHarness),
-            retry: RetryPolicy::default(),
-        }],
-    ))
-    .unwrap()
+    open_runtime(dir, RetryPolicy::default(), 8, 100)
 }
 
 fn turn(session: &str, message: &str) -> StartRun {
-    StartRun {
-        agent_id: "scripted".into(),
-        session_id: Some(SessionId::parse(session).unwrap()),
-        user_id: None,
-        message: message.into(),
-        options: serde_json::json!({}),
-        multitask: Multitask::Reject,
-        idempotency_key: None,
-        fork: None,
-    }
+    start_command(session, message, Multitask::Reject)
 }
 
 async fn start(runtime: &Runtime, session: &str, message: &str) -> RunHandle {

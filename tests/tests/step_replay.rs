@@ -3,39 +3,20 @@
 //! newest branch, compaction (also after a restart), the fresh-session fallback and
 //! its history rendering rules, and the audit events they leave.
 
-use std::sync::Arc;
-
 use turnstile_actors::history::{HistoryEntry, render_prompt, truncate_tool_result};
 use turnstile_actors::{
-    AgentSpec, ContinueFrom, ContinueRun, Multitask, Refused, RetryPolicy, RunHandle, Runtime,
-    RuntimeConfig, StartRun,
+    ContinueFrom, ContinueRun, Multitask, Refused, RetryPolicy, RunHandle, Runtime,
 };
-use turnstile_harness::ScriptedHarness;
 use turnstile_journal::{Event, JournalPos, RunId, SessionId};
 use turnstile_projections::{RunStatus, RunView};
+use turnstile_tests::{open_runtime, start_command};
 
 fn open(dir: &std::path::Path) -> Runtime {
-    let agent = AgentSpec {
-        id: "scripted".into(),
-        name: "Scripted".into(),
-        description: String::new(),
-        harness: Arc::new(ScriptedHarness),
-        retry: RetryPolicy::default(),
-    };
-    Runtime::open(RuntimeConfig::new(dir.to_path_buf(), vec![agent])).unwrap()
+    open_runtime(dir, RetryPolicy::default(), 8, 100)
 }
 
 async fn turn(runtime: &Runtime, session: &str, message: &str) -> RunView {
-    let command = StartRun {
-        agent_id: "scripted".into(),
-        session_id: Some(SessionId::parse(session).unwrap()),
-        user_id: None,
-        message: message.into(),
-        options: serde_json::json!({}),
-        multitask: Multitask::Reject,
-        idempotency_key: None,
-        fork: None,
-    };
+    let command = start_command(session, message, Multitask::Reject);
     runtime
         .start_run(command)
         .await
@@ -189,16 +170,7 @@ async fn later_turns_follow_the_newest_branch_and_never_see_the_abandoned_one() 
 async fn a_cancelled_or_unfinished_run_cannot_be_continued() {
     let dir = tempfile::tempdir().unwrap();
     let runtime = open(dir.path());
-    let command = StartRun {
-        agent_id: "scripted".into(),
-        session_id: Some(SessionId::parse("s").unwrap()),
-        user_id: None,
-        message: "/sleep 30000".into(),
-        options: serde_json::json!({}),
-        multitask: Multitask::Reject,
-        idempotency_key: None,
-        fork: None,
-    };
+    let command = start_command("s", "/sleep 30000", Multitask::Reject);
     let handle = runtime.start_run(command).await.unwrap().unwrap();
     let run_id = handle.run_id.clone();
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -306,16 +278,7 @@ async fn compaction_is_refused_while_a_run_is_in_flight() {
     let dir = tempfile::tempdir().unwrap();
     let runtime = open(dir.path());
     turn(&runtime, "s", "one").await;
-    let command = StartRun {
-        agent_id: "scripted".into(),
-        session_id: Some(SessionId::parse("s").unwrap()),
-        user_id: None,
-        message: "/sleep 400".into(),
-        options: serde_json::json!({}),
-        multitask: Multitask::Reject,
-        idempotency_key: None,
-        fork: None,
-    };
+    let command = start_command("s", "/sleep 400", Multitask::Reject);
     let handle = runtime.start_run(command).await.unwrap().unwrap();
     let refused = runtime
         .compact_session("scripted", &SessionId::parse("s").unwrap())
