@@ -129,8 +129,7 @@ pub fn encode_parts(
             bytes.len()
         ));
     }
-    let crc = crc32fast::hash(&bytes[HEADER_BYTES..]);
-    bytes[1..HEADER_BYTES].copy_from_slice(&crc.to_le_bytes());
+    seal(&mut bytes);
     Ok(bytes)
 }
 
@@ -147,8 +146,8 @@ pub fn encode(body: &RecordBody) -> Result<Vec<u8>, String> {
     )
 }
 
-/// Decodes and checks a record.
-pub fn decode(bytes: &[u8]) -> Result<RecordBody, DecodeError> {
+/// Checks the version byte and the checksum; returns the body's bytes.
+fn checked_body(bytes: &[u8]) -> Result<&[u8], DecodeError> {
     if bytes.len() < HEADER_BYTES {
         return Err(DecodeError::Truncated(bytes.len()));
     }
@@ -160,12 +159,24 @@ pub fn decode(bytes: &[u8]) -> Result<RecordBody, DecodeError> {
     if stored != computed {
         return Err(DecodeError::Checksum { stored, computed });
     }
-    let (body, used) = bincode::serde::decode_from_slice(&bytes[HEADER_BYTES..], config())
+    Ok(&bytes[HEADER_BYTES..])
+}
+
+/// Stamps the checksum of the body into a header laid out by `encode*`.
+fn seal(bytes: &mut [u8]) {
+    let crc = crc32fast::hash(&bytes[HEADER_BYTES..]);
+    bytes[1..HEADER_BYTES].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Decodes and checks a record.
+pub fn decode(bytes: &[u8]) -> Result<RecordBody, DecodeError> {
+    let body_bytes = checked_body(bytes)?;
+    let (body, used) = bincode::serde::decode_from_slice(body_bytes, config())
         .map_err(|e| DecodeError::Body(e.to_string()))?;
-    if used != bytes.len() - HEADER_BYTES {
+    if used != body_bytes.len() {
         return Err(DecodeError::Body(format!(
             "{} trailing bytes",
-            bytes.len() - HEADER_BYTES - used
+            body_bytes.len() - used
         )));
     }
     Ok(body)
@@ -201,26 +212,14 @@ pub fn encode_manifest(entries: &[ManifestEntry]) -> Vec<u8> {
         bytes.extend_from_slice(&entry.first_seq.0.to_be_bytes());
         bytes.extend_from_slice(&entry.count.to_be_bytes());
     }
-    let crc = crc32fast::hash(&bytes[HEADER_BYTES..]);
-    bytes[1..HEADER_BYTES].copy_from_slice(&crc.to_le_bytes());
+    seal(&mut bytes);
     bytes
 }
 
 /// Decodes and checks a batch manifest.
 pub fn decode_manifest(bytes: &[u8]) -> Result<Vec<ManifestEntry>, DecodeError> {
-    if bytes.len() < HEADER_BYTES {
-        return Err(DecodeError::Truncated(bytes.len()));
-    }
-    if bytes[0] != FORMAT_VERSION {
-        return Err(DecodeError::Version(bytes[0]));
-    }
-    let stored = u32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
-    let computed = crc32fast::hash(&bytes[HEADER_BYTES..]);
-    if stored != computed {
-        return Err(DecodeError::Checksum { stored, computed });
-    }
+    let mut rest = checked_body(bytes)?;
     let mut entries = Vec::new();
-    let mut rest = &bytes[HEADER_BYTES..];
     while let Some((&length, tail)) = rest.split_first() {
         let length = usize::from(length);
         if tail.len() < length + 12 {
