@@ -214,6 +214,13 @@ fn open_sled(dir: &Path, options: &JournalOptions) -> Result<sled::Db, Error> {
     }
 }
 
+/// An id stored in an index key or value.
+fn stored_id<T: std::str::FromStr>(bytes: &[u8]) -> Result<T, Error> {
+    let text = std::str::from_utf8(bytes).map_err(|e| Error::Store(e.to_string()))?;
+    text.parse()
+        .map_err(|_| Error::Store(format!("malformed id {text:?} in an index")))
+}
+
 fn encode_all(events: Vec<Event>) -> Result<Vec<codec::EncodedEvent>, Error> {
     events
         .into_iter()
@@ -447,45 +454,33 @@ impl Journal {
 
     /// The session a run belongs to, if the run was ever queued.
     pub fn session_of_run(&self, run_id: &RunId) -> Result<Option<SessionId>, Error> {
-        match self.inner.tree.get(run_key(run_id))? {
-            None => Ok(None),
-            Some(bytes) => {
-                let text = std::str::from_utf8(&bytes).map_err(|e| Error::Store(e.to_string()))?;
-                Ok(Some(
-                    SessionId::parse(text).map_err(|e| Error::Store(e.to_string()))?,
-                ))
-            }
-        }
+        self.inner
+            .tree
+            .get(run_key(run_id))?
+            .map(|bytes| stored_id(&bytes))
+            .transpose()
     }
 
     /// Runs that have been queued and have not ended, with their sessions: what
     /// recovery must resolve after a restart.
     pub fn open_runs(&self) -> Result<Vec<(RunId, SessionId)>, Error> {
-        let mut runs = Vec::new();
-        for entry in self.inner.tree.scan_prefix([OPEN]) {
-            let (key, value) = entry?;
-            let run = std::str::from_utf8(&key[1..key.len() - 1])
-                .map_err(|e| Error::Store(e.to_string()))?;
-            let session = std::str::from_utf8(&value).map_err(|e| Error::Store(e.to_string()))?;
-            runs.push((
-                RunId::parse(run).map_err(|e| Error::Store(e.to_string()))?,
-                SessionId::parse(session).map_err(|e| Error::Store(e.to_string()))?,
-            ));
-        }
-        Ok(runs)
+        self.inner
+            .tree
+            .scan_prefix([OPEN])
+            .map(|entry| {
+                let (key, value) = entry?;
+                Ok((stored_id(&key[1..key.len() - 1])?, stored_id(&value)?))
+            })
+            .collect()
     }
 
     /// The run an idempotency key was bound to, if any.
     pub fn run_of_idempotency_key(&self, key: &str) -> Result<Option<RunId>, Error> {
-        match self.inner.tree.get(idempotency_key(key))? {
-            None => Ok(None),
-            Some(bytes) => {
-                let text = std::str::from_utf8(&bytes).map_err(|e| Error::Store(e.to_string()))?;
-                Ok(Some(
-                    RunId::parse(text).map_err(|e| Error::Store(e.to_string()))?,
-                ))
-            }
-        }
+        self.inner
+            .tree
+            .get(idempotency_key(key))?
+            .map(|bytes| stored_id(&bytes))
+            .transpose()
     }
 
     /// A live subscription to every record from `from` on. It never blocks writers: a
