@@ -15,12 +15,12 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use turnstile_harness::Harness;
 use turnstile_journal::limits::SHUTDOWN_DRAIN_MS;
-use turnstile_journal::{EventIndex, Journal, JournalOptions, RunId, Seq, SessionId};
+use turnstile_journal::{EventIndex, Journal, JournalOptions, RunId, Seq, SessionEntry, SessionId};
 use turnstile_projections::{ForkPoint, RunStatus, RunView, SessionState};
 
 use crate::registry::{CountSessions, GetSession, Registry, WakeSession};
 use crate::run::RetryPolicy;
-use crate::session::{CancelRunMsg, CompactMsg, Shared, StartRunMsg};
+use crate::session::{CancelRunMsg, CompactMsg, DeleteSessionMsg, Shared, StartRunMsg};
 use crate::stream::RunEvents;
 
 /// One configured agent: an id, a display name and the harness that runs its turns.
@@ -603,6 +603,31 @@ impl Runtime {
         })
         .await
         .map_err(|error| RuntimeError::Internal(error.to_string()))?
+    }
+
+    /// Deletes a session: a tombstone event; afterwards the session and its runs read
+    /// as gone while the journal keeps them. `false` when there is no such session;
+    /// refused while the session has a run in flight or queued.
+    pub async fn delete_session(
+        &self,
+        session_id: &SessionId,
+    ) -> Result<Result<bool, Refused>, RuntimeError> {
+        if self.session_state(session_id)?.is_none() {
+            return Ok(Ok(false));
+        }
+        let inner = self.inner.clone();
+        let session_id = session_id.clone();
+        tokio::spawn(async move {
+            let session = inner.registry.send(GetSession(session_id)).await?;
+            session.send(DeleteSessionMsg).await?
+        })
+        .await
+        .map_err(|error| RuntimeError::Internal(error.to_string()))?
+    }
+
+    /// Every existing session, from the journal's session index (no stream is read).
+    pub fn sessions(&self) -> Result<Vec<SessionEntry>, RuntimeError> {
+        Ok(self.journal().sessions()?)
     }
 
     /// Changes how long idle session actors stay in memory; actors check within 5 s.

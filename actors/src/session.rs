@@ -131,6 +131,11 @@ pub(crate) struct CancelRunMsg(pub RunId);
 #[rtype(result = "Result<Result<CompactOutcome, Refused>, RuntimeError>")]
 pub(crate) struct CompactMsg;
 
+/// Deletes the session (a tombstone event); `false` when it does not exist.
+#[derive(Message)]
+#[rtype(result = "Result<Result<bool, Refused>, RuntimeError>")]
+pub(crate) struct DeleteSessionMsg;
+
 /// Makes sure the actor exists (start-up recovery).
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -786,6 +791,48 @@ impl Handler<CompactMsg> for SessionActor {
                 });
                 actor.pump(ctx);
                 result.map(Ok)
+            }),
+        )
+    }
+}
+
+impl Handler<DeleteSessionMsg> for SessionActor {
+    type Result = ResponseActFuture<Self, Result<Result<bool, Refused>, RuntimeError>>;
+
+    fn handle(&mut self, _: DeleteSessionMsg, _: &mut Self::Context) -> Self::Result {
+        self.last_active = Instant::now();
+        if let Some(reason) = &self.broken {
+            return Box::pin(fut::ready(Err(RuntimeError::Internal(reason.clone()))));
+        }
+        if !self.state.exists() {
+            return Box::pin(fut::ready(Ok(Ok(false))));
+        }
+        if let Some(run_id) = self.busy_with() {
+            let refused = Refused::Busy {
+                session_id: self.session_id.clone(),
+                run_id: run_id.clone(),
+            };
+            return Box::pin(fut::ready(Ok(Err(refused))));
+        }
+        let journal = self.shared.journal.clone();
+        let session_id = self.session_id.clone();
+        let event = Event::SessionDeleted {
+            reason: "deleted through the API".into(),
+        };
+        Box::pin(
+            async move {
+                journal
+                    .append(&session_id, Expected::Any, vec![event])
+                    .await
+            }
+            .into_actor(self)
+            .map(|result, actor, _| match result {
+                Ok(Ok(records)) => {
+                    actor.apply(&records);
+                    Ok(Ok(true))
+                }
+                Ok(Err(conflict)) => Err(RuntimeError::Internal(conflict.to_string())),
+                Err(error) => Err(error.into()),
             }),
         )
     }

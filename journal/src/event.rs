@@ -153,13 +153,18 @@ pub enum Event {
         /// session's transcript (empty when the harness wrote them during a turn).
         lines: Vec<String>,
     },
+    /// The session was deleted: it and its runs read as gone; the journal keeps them.
+    SessionDeleted {
+        /// Why, for the audit trail.
+        reason: String,
+    },
 }
 
 impl Event {
     /// The run this event belongs to, if any.
     pub fn run_id(&self) -> Option<&RunId> {
         match self {
-            Event::SessionCreated { .. } => None,
+            Event::SessionCreated { .. } | Event::SessionDeleted { .. } => None,
             Event::RunQueued { run_id, .. }
             | Event::RunStarted { run_id, .. }
             | Event::AttemptStarted { run_id, .. }
@@ -191,6 +196,7 @@ impl Event {
             Event::IdempotencyKeyBound { .. } => "IdempotencyKeyBound",
             Event::HarnessSessionForked { .. } => "HarnessSessionForked",
             Event::TranscriptCompacted { .. } => "TranscriptCompacted",
+            Event::SessionDeleted { .. } => "SessionDeleted",
         }
     }
 

@@ -21,7 +21,7 @@ pub mod verify;
 pub use codec::{FORMAT_VERSION, Hash, RecordBody};
 pub use event::Event;
 pub use ids::{EventIndex, IdError, JournalPos, RunId, Seq, SessionId};
-pub use store::{Conflict, Expected, Journal, JournalOptions, Recorded};
+pub use store::{Conflict, Expected, Journal, JournalOptions, Recorded, SessionEntry};
 pub use subscription::Subscription;
 pub use verify::{Corruption, VerifyReport};
 

@@ -136,6 +136,7 @@ pub(crate) const STREAM: u8 = b'S';
 const RUN: u8 = b'R';
 const OPEN: u8 = b'O';
 const IDEMPOTENCY: u8 = b'K';
+const SESSION: u8 = b'N';
 
 pub(crate) fn log_key(pos: JournalPos) -> [u8; 9] {
     let mut key = [LOG; 9];
@@ -161,6 +162,55 @@ fn open_key(run_id: &RunId) -> Vec<u8> {
     let mut key = run_key(run_id);
     key[0] = OPEN;
     key
+}
+
+fn session_key(session_id: &SessionId) -> Vec<u8> {
+    let mut key = Vec::with_capacity(session_id.as_str().len() + 1);
+    key.push(SESSION);
+    key.extend_from_slice(session_id.as_str().as_bytes());
+    key
+}
+
+/// A session as the session index lists it (without reading its stream).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionEntry {
+    /// The session.
+    pub session_id: SessionId,
+    /// Its agent.
+    pub agent_id: String,
+    /// The client's user id.
+    pub user_id: Option<String>,
+    /// Creation time, microseconds since the epoch.
+    pub created_at_us: i64,
+}
+
+fn session_value(agent_id: &str, user_id: Option<&str>, created_at_us: i64) -> Vec<u8> {
+    // agent id, NUL, user id (or nothing), NUL, creation time (i64 BE): ids hold no NUL.
+    let mut value = Vec::with_capacity(agent_id.len() + 24);
+    value.extend_from_slice(agent_id.as_bytes());
+    value.push(0);
+    value.extend_from_slice(user_id.unwrap_or_default().as_bytes());
+    value.push(0);
+    value.extend_from_slice(&created_at_us.to_be_bytes());
+    value
+}
+
+fn decode_session_entry(key: &[u8], value: &[u8]) -> Result<SessionEntry, Error> {
+    let malformed = || Error::Store("malformed session index entry".into());
+    let (text, time) = value.split_at(value.len().checked_sub(8).ok_or_else(malformed)?);
+    let text = std::str::from_utf8(text).map_err(|_| malformed())?;
+    let mut parts = text.split('\0');
+    let agent_id = parts.next().ok_or_else(malformed)?.to_owned();
+    let user_id = parts
+        .next()
+        .filter(|user| !user.is_empty())
+        .map(str::to_owned);
+    Ok(SessionEntry {
+        session_id: stored_id(&key[1..])?,
+        agent_id,
+        user_id,
+        created_at_us: i64::from_be_bytes(time.try_into().map_err(|_| malformed())?),
+    })
 }
 
 fn idempotency_key(key: &str) -> Vec<u8> {
@@ -482,6 +532,18 @@ impl Journal {
             .map(|entry| {
                 let (key, value) = entry?;
                 Ok((stored_id(&key[1..key.len() - 1])?, stored_id(&value)?))
+            })
+            .collect()
+    }
+
+    /// Every session that exists (created and not deleted), in id order.
+    pub fn sessions(&self) -> Result<Vec<SessionEntry>, Error> {
+        self.inner
+            .tree
+            .scan_prefix([SESSION])
+            .map(|entry| {
+                let (key, value) = entry?;
+                decode_session_entry(&key, &value)
             })
             .collect()
     }
@@ -857,6 +919,13 @@ impl Committer {
                 Event::RunCompleted { run_id, .. }
                 | Event::RunFailed { run_id, .. }
                 | Event::RunCancelled { run_id, .. } => batch.remove(open_key(run_id)),
+                Event::SessionCreated { agent_id, user_id } => {
+                    batch.insert(
+                        session_key(session_id),
+                        session_value(agent_id, user_id.as_deref(), ts_us),
+                    );
+                }
+                Event::SessionDeleted { .. } => batch.remove(session_key(session_id)),
                 Event::IdempotencyKeyBound { key, run_id } => {
                     batch.insert(idempotency_key(key), run_id.as_str().as_bytes());
                 }

@@ -86,6 +86,9 @@ fn samples() -> Vec<Event> {
             replaced_messages: 2,
             lines: vec![r#"{"type":"compact_boundary"}"#.into()],
         },
+        Event::SessionDeleted {
+            reason: "deleted through the API".into(),
+        },
     ];
     for event in &samples {
         match event {
@@ -101,7 +104,8 @@ fn samples() -> Vec<Event> {
             | Event::AttemptFailed { .. }
             | Event::IdempotencyKeyBound { .. }
             | Event::HarnessSessionForked { .. }
-            | Event::TranscriptCompacted { .. } => {}
+            | Event::TranscriptCompacted { .. }
+            | Event::SessionDeleted { .. } => {}
         }
     }
     samples

@@ -7,4 +7,6 @@
 
 mod session;
 
-pub use session::{Checkpoint, ForkPoint, RunStatus, RunView, SessionState, SessionView, ToolView};
+pub use session::{
+    Checkpoint, ForkPoint, RunStatus, RunView, SessionMetrics, SessionState, SessionView, ToolView,
+};

@@ -179,6 +179,50 @@ pub struct SessionView {
     pub transcripts: HashMap<String, Vec<String>>,
     /// Compactions, oldest first: (harness session, summary, messages replaced).
     pub compactions: Vec<(String, String, u32)>,
+    /// Metrics summed over the session's completed runs.
+    pub metrics: SessionMetrics,
+    /// Deleted: the session and its runs read as gone (the journal keeps them).
+    pub deleted: bool,
+}
+
+/// Token and cost totals of a session's completed runs (agno's `SessionMetrics`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct SessionMetrics {
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Input plus output tokens.
+    pub total_tokens: u64,
+    /// Tokens read from the prompt cache.
+    pub cache_read_tokens: u64,
+    /// Tokens written to the prompt cache.
+    pub cache_write_tokens: u64,
+    /// Reasoning tokens.
+    pub reasoning_tokens: u64,
+    /// Cost in US dollars, when any run reported one.
+    pub cost: Option<f64>,
+    /// Completed runs counted.
+    pub runs: u64,
+}
+
+impl SessionMetrics {
+    fn add(&mut self, metrics: &str) {
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(metrics) else {
+            return;
+        };
+        let tokens = |key: &str| value[key].as_u64().unwrap_or(0);
+        self.input_tokens += tokens("input_tokens");
+        self.output_tokens += tokens("output_tokens");
+        self.total_tokens += tokens("total_tokens");
+        self.cache_read_tokens += tokens("cache_read_tokens");
+        self.cache_write_tokens += tokens("cache_write_tokens");
+        self.reasoning_tokens += tokens("reasoning_tokens");
+        if let Some(cost) = value["cost"].as_f64() {
+            self.cost = Some(self.cost.unwrap_or(0.0) + cost);
+        }
+        self.runs += 1;
+    }
 }
 
 impl SessionView {
@@ -231,9 +275,9 @@ impl SessionState {
         state
     }
 
-    /// Whether the session has any event.
+    /// Whether the session exists: created, and not deleted since.
     pub fn exists(&self) -> bool {
-        !self.session.agent_id.is_empty()
+        !self.session.agent_id.is_empty() && !self.session.deleted
     }
 
     /// A run by id.
@@ -256,6 +300,10 @@ impl SessionState {
         self.session.updated_at_us = ts;
         match &record.event {
             Event::SessionCreated { agent_id, user_id } => {
+                // A session id used again after a delete starts a new session.
+                if self.session.deleted {
+                    *self = SessionState::new(self.session_id.clone());
+                }
                 self.session.agent_id = agent_id.clone();
                 self.session.user_id = user_id.clone();
                 self.session.created_at_us = ts;
@@ -343,6 +391,7 @@ impl SessionState {
                     .insert(harness_session_id.clone(), kept);
                 self.session.harness_session_id = Some(harness_session_id.clone());
             }
+            Event::SessionDeleted { .. } => self.session.deleted = true,
             Event::TranscriptCompacted {
                 harness_session_id,
                 summary,
@@ -417,6 +466,7 @@ impl SessionState {
                 run.content_type = content_type.clone();
                 run.metrics = Some(metrics.clone());
                 run.transcript_end = current_lines;
+                self.session.metrics.add(metrics);
             }
             Event::RunFailed {
                 error_type,

@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 use turnstile_actors::AgentSpec;
-use turnstile_projections::RunView;
+use turnstile_projections::{RunView, SessionState};
 
 /// agno's agent object.
 pub fn agent(agent: &AgentSpec) -> Value {
@@ -134,4 +134,53 @@ pub fn checkpoints(run: &RunView) -> Value {
         entry["is_latest"] = json!(ordinal == last);
     }
     json!({"run_id": run.run_id, "session_id": run.session_id, "checkpoints": entries})
+}
+
+/// agno's session name: the first line of the session's first message, shortened.
+fn session_name(session: &SessionState) -> String {
+    session
+        .runs
+        .first()
+        .and_then(|run| run.input.lines().find(|line| !line.trim().is_empty()))
+        .map(|line| line.chars().take(50).collect())
+        .unwrap_or_default()
+}
+
+/// One item of `GET /sessions` (agno's `SessionSchema`).
+pub fn session_summary(session: &SessionState, sdk: &str) -> Value {
+    let view = &session.session;
+    json!({
+        "session_id": session.session_id,
+        "session_name": session_name(session),
+        "session_state": null,
+        "session_type": "agent",
+        "agent_id": view.agent_id,
+        "user_id": view.user_id,
+        "metrics": view.metrics,
+        "total_tokens": view.metrics.total_tokens,
+        "metadata": {"sdk": sdk},
+        "created_at": seconds(view.created_at_us),
+        "updated_at": seconds(view.updated_at_us),
+    })
+}
+
+/// `GET /sessions/{id}` (agno's `AgentSessionDetailSchema`, plus the harness session).
+pub fn session_detail(session: &SessionState, sdk: &str, agent_name: &str) -> Value {
+    let view = &session.session;
+    json!({
+        "session_id": session.session_id,
+        "agent_session_id": session.session_id,
+        "session_name": session_name(session),
+        "session_summary": null,
+        "session_state": null,
+        "agent_id": view.agent_id,
+        "user_id": view.user_id,
+        "agent_data": {"agent_id": view.agent_id, "agent_name": agent_name, "sdk": sdk},
+        "total_tokens": view.metrics.total_tokens,
+        "metrics": view.metrics,
+        "session_metrics": view.metrics,
+        "metadata": {"sdk": sdk, "harness_session_id": view.harness_session_id, "runs": session.runs.len()},
+        "created_at": seconds(view.created_at_us),
+        "updated_at": seconds(view.updated_at_us),
+    })
 }

@@ -24,7 +24,7 @@ use turnstile_journal::limits::{
     IDEMPOTENCY_KEY_BYTES_MAX, MESSAGE_BYTES_MAX, REQUEST_BODY_BYTES_MAX,
 };
 use turnstile_journal::{EventIndex, RunId, SessionId};
-use turnstile_projections::RunView;
+use turnstile_projections::{RunView, SessionState};
 
 use crate::api::error::ApiError;
 use crate::api::form::Fields;
@@ -63,6 +63,12 @@ pub fn router(state: AppState) -> Router {
             "/agents/{agent_id}/sessions/{session_id}/compact",
             post(compact_session),
         )
+        .route("/sessions", get(list_sessions))
+        .route(
+            "/sessions/{session_id}",
+            get(get_session).delete(delete_session),
+        )
+        .route("/sessions/{session_id}/runs", get(get_session_runs))
         .fallback(fallback)
         .layer(axum::extract::DefaultBodyLimit::max(REQUEST_BODY_BYTES_MAX))
         .with_state(state)
@@ -485,6 +491,179 @@ async fn compact_session(
             "record": outcome.record,
         }))),
         Err(Refused::AgentMismatch { .. }) => Err(not_found()),
+        Err(refused) => Err(refused.into()),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct SessionsQuery {
+    #[serde(rename = "type")]
+    session_type: Option<String>,
+    component_id: Option<String>,
+    user_id: Option<String>,
+    limit: Option<String>,
+    page: Option<String>,
+    sort_by: Option<String>,
+    sort_order: Option<String>,
+}
+
+fn positive(
+    field: &str,
+    value: Option<&str>,
+    default: usize,
+    max: usize,
+) -> Result<usize, ApiError> {
+    match value {
+        None => Ok(default),
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=max).contains(n))
+            .ok_or_else(|| {
+                ApiError::Unprocessable(format!(
+                    "{field} must be a whole number from 1 to {max}, got {text:?}"
+                ))
+            }),
+    }
+}
+
+/// A session that exists, by the id in the path.
+fn find_session(state: &AppState, session_id: &str) -> Result<SessionState, ApiError> {
+    let not_found = || ApiError::NotFound(format!("Session {session_id} not found"));
+    let parsed = SessionId::parse(session_id).map_err(|_| not_found())?;
+    state.runtime.session_state(&parsed)?.ok_or_else(not_found)
+}
+
+fn sdk_of(runtime: &Runtime, agent_id: &str) -> String {
+    runtime
+        .agent(agent_id)
+        .map(|agent| agent.harness.info().sdk)
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+fn agent_name_of(runtime: &Runtime, agent_id: &str) -> String {
+    runtime
+        .agent(agent_id)
+        .map(|agent| agent.name.clone())
+        .unwrap_or_default()
+}
+
+/// `GET /sessions`: paginated, filtered by agent and user, newest first by default.
+async fn list_sessions(
+    State(state): State<AppState>,
+    Query(query): Query<SessionsQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let limit = positive("limit", query.limit.as_deref(), 20, 1_000)?;
+    let page = positive("page", query.page.as_deref(), 1, 1_000_000)?;
+    let agent_sessions = match query.session_type.as_deref() {
+        None | Some("agent") => true,
+        // turnstile has agent sessions only.
+        Some("team") | Some("workflow") => false,
+        Some(other) => {
+            return Err(ApiError::Unprocessable(format!(
+                "type must be agent, team or workflow, got {other:?}"
+            )));
+        }
+    };
+    match query.sort_by.as_deref() {
+        None | Some("created_at") => {}
+        Some(other) => {
+            return Err(ApiError::Unprocessable(format!(
+                "sort_by must be created_at, got {other:?}"
+            )));
+        }
+    }
+    let descending = match query.sort_order.as_deref() {
+        None | Some("desc") => true,
+        Some("asc") => false,
+        Some(other) => {
+            return Err(ApiError::Unprocessable(format!(
+                "sort_order must be asc or desc, got {other:?}"
+            )));
+        }
+    };
+    let mut sessions: Vec<_> = state
+        .runtime
+        .sessions()?
+        .into_iter()
+        .filter(|_| agent_sessions)
+        .filter(|entry| {
+            query
+                .component_id
+                .as_deref()
+                .is_none_or(|agent| agent == entry.agent_id)
+        })
+        .filter(|entry| {
+            query
+                .user_id
+                .as_deref()
+                .is_none_or(|user| entry.user_id.as_deref() == Some(user))
+        })
+        .collect();
+    sessions
+        .sort_by(|a, b| (a.created_at_us, &a.session_id).cmp(&(b.created_at_us, &b.session_id)));
+    if descending {
+        sessions.reverse();
+    }
+    let total_count = sessions.len();
+    let mut data = Vec::new();
+    for entry in sessions
+        .iter()
+        .skip((page - 1).saturating_mul(limit))
+        .take(limit)
+    {
+        if let Some(session) = state.runtime.session_state(&entry.session_id)? {
+            data.push(dto::session_summary(
+                &session,
+                &sdk_of(&state.runtime, &entry.agent_id),
+            ));
+        }
+    }
+    Ok(Json(json!({
+        "data": data,
+        "meta": {"page": page, "limit": limit, "total_pages": total_count.div_ceil(limit), "total_count": total_count},
+    })))
+}
+
+async fn get_session(
+    State(state): State<AppState>,
+    Path(session_id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let session = find_session(&state, &session_id)?;
+    let agent_id = &session.session.agent_id;
+    let (sdk, name) = (
+        sdk_of(&state.runtime, agent_id),
+        agent_name_of(&state.runtime, agent_id),
+    );
+    Ok(Json(dto::session_detail(&session, &sdk, &name)))
+}
+
+async fn get_session_runs(
+    State(state): State<AppState>,
+    Path(session_id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let session = find_session(&state, &session_id)?;
+    let name = agent_name_of(&state.runtime, &session.session.agent_id);
+    Ok(Json(json!(
+        session
+            .runs
+            .iter()
+            .map(|run| dto::run_output(run, &name))
+            .collect::<Vec<_>>()
+    )))
+}
+
+/// `DELETE /sessions/{id}`: a tombstone event; 204, or 409 while a run is in flight.
+async fn delete_session(
+    State(state): State<AppState>,
+    Path(session_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let session = find_session(&state, &session_id)?;
+    match state.runtime.delete_session(&session.session_id).await? {
+        Ok(true) => Ok(StatusCode::NO_CONTENT.into_response()),
+        Ok(false) => Err(ApiError::NotFound(format!(
+            "Session {session_id} not found"
+        ))),
         Err(refused) => Err(refused.into()),
     }
 }
