@@ -52,10 +52,19 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         shutdown: shutdown.clone(),
         keepalive: std::time::Duration::from_secs_f64(config.server.sse_keepalive_s),
     };
+    // Auth is on when the configured environment variable holds a key.
+    let api_key = std::env::var(&config.server.api_key_env)
+        .ok()
+        .filter(|key| !key.is_empty())
+        .map(Into::into);
+    if api_key.is_some() {
+        tracing::info!("API key auth is on ({} is set)", config.server.api_key_env);
+    }
     let app = router(AppState {
         runtime: runtime.clone(),
         shutdown: shutdown.clone(),
         sse,
+        api_key,
     });
     tracing::info!(
         "turnstile listening on http://{local} (data dir {})",

@@ -71,11 +71,17 @@ impl Server {
 
     /// Starts the server with extra arguments (for example `--config FILE`).
     pub fn start_with(data_dir: &Path, extra: &[&str]) -> Server {
+        Server::start_with_env(data_dir, extra, &[])
+    }
+
+    /// Starts the server with extra arguments and environment variables.
+    pub fn start_with_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(turnstile_bin())
             .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .args(extra)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

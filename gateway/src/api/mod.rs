@@ -9,6 +9,8 @@ pub mod error;
 pub mod form;
 pub mod sse;
 
+use std::sync::Arc;
+
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -39,6 +41,8 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// Stream settings.
     pub sse: SseOptions,
+    /// The API key every route but `/health` requires, when auth is on.
+    pub api_key: Option<Arc<str>>,
 }
 
 /// The router with every route.
@@ -71,7 +75,49 @@ pub fn router(state: AppState) -> Router {
         .route("/sessions/{session_id}/runs", get(get_session_runs))
         .fallback(fallback)
         .layer(axum::extract::DefaultBodyLimit::max(REQUEST_BODY_BYTES_MAX))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            require_api_key,
+        ))
         .with_state(state)
+}
+
+/// Bearer auth (like AgentOS's security key): every route but `GET /health` needs
+/// `Authorization: Bearer <key>` when a key is configured.
+async fn require_api_key(
+    State(state): State<AppState>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(key) = &state.api_key else {
+        return next.run(request).await;
+    };
+    if request.uri().path() == "/health" {
+        return next.run(request).await;
+    }
+    let presented = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    // Compare without an early exit, so timing does not tell how much of a key matched.
+    let matches = presented.len() == key.len()
+        && presented
+            .bytes()
+            .zip(key.bytes())
+            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+            == 0;
+    if matches {
+        return next.run(request).await;
+    }
+    let body = json!({"detail": "Missing or invalid API key: send Authorization: Bearer <key>", "error_type": "unauthorized"});
+    let mut response = (StatusCode::UNAUTHORIZED, Json(body)).into_response();
+    response.headers_mut().insert(
+        axum::http::header::WWW_AUTHENTICATE,
+        axum::http::HeaderValue::from_static("Bearer"),
+    );
+    response
 }
 
 async fn fallback(method: Method) -> Response {
