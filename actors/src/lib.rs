@@ -18,6 +18,6 @@ mod stream;
 pub use run::{RetryPolicy, WireEvent};
 pub use runtime::{
     AgentSpec, CompactOutcome, ContinueFrom, ContinueRun, Multitask, Refused, RunHandle, Runtime,
-    RuntimeConfig, RuntimeError, StartRun,
+    RuntimeConfig, RuntimeCounters, RuntimeError, StartRun,
 };
 pub use stream::RunEvents;

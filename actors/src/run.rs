@@ -178,6 +178,8 @@ pub(crate) struct RunTask {
     /// The prompt of a fresh harness session seeded with the history, used when the
     /// harness session cannot be resumed (`None` for continuations, which never fall back).
     pub fallback_prompt: Option<String>,
+    /// The model identity recorded in the run's metrics (`details.model`).
+    pub model: (String, String),
 }
 
 enum AttemptEnd {
@@ -340,6 +342,16 @@ impl RunTask {
             "cost": usage.cost_usd,
             "duration": started.elapsed().as_secs_f64(),
             "time_to_first_token": first_token,
+            "details": {"model": [{
+                "id": self.model.0,
+                "provider": self.model.1,
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "total_tokens": usage.input_tokens + usage.output_tokens,
+                "cache_read_tokens": usage.cache_read_tokens,
+                "cache_write_tokens": usage.cache_write_tokens,
+                "cost": usage.cost_usd,
+            }]},
         });
         let index = self.take_index();
         vec![

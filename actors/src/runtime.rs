@@ -129,6 +129,21 @@ pub struct ContinueRun {
     pub multitask: Multitask,
 }
 
+/// Run counters since the runtime opened (for metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeCounters {
+    /// Runs that started.
+    pub runs_started: u64,
+    /// Runs that completed.
+    pub runs_completed: u64,
+    /// Runs that ended in an error.
+    pub runs_failed: u64,
+    /// Runs cancelled.
+    pub runs_cancelled: u64,
+    /// Runs waiting in the queue now.
+    pub runs_queued: u64,
+}
+
 /// How a compaction request ended.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompactOutcome {
@@ -290,6 +305,7 @@ impl Runtime {
             )),
             queued: AtomicUsize::new(0),
             max_queued_runs: config.max_queued_runs,
+            counters: Default::default(),
             session_idle_ms: AtomicU64::new(
                 config.session_idle.as_millis().min(u128::from(u64::MAX)) as u64,
             ),
@@ -645,6 +661,18 @@ impl Runtime {
         tokio::spawn(async move { Ok(registry.send(CountSessions).await?) })
             .await
             .map_err(|error| RuntimeError::Internal(error.to_string()))?
+    }
+
+    /// Run counters since the runtime opened, and the queue's depth now.
+    pub fn counters(&self) -> RuntimeCounters {
+        let counters = &self.inner.shared.counters;
+        RuntimeCounters {
+            runs_started: counters.started.load(Ordering::Relaxed),
+            runs_completed: counters.completed.load(Ordering::Relaxed),
+            runs_failed: counters.failed.load(Ordering::Relaxed),
+            runs_cancelled: counters.cancelled.load(Ordering::Relaxed),
+            runs_queued: self.inner.shared.queued.load(Ordering::Relaxed) as u64,
+        }
     }
 
     /// Runs accepted and not yet ended in this process (queued or running).

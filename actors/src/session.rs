@@ -43,6 +43,17 @@ pub(crate) struct Shared {
     pub max_queued_runs: usize,
     /// How long an idle session actor stays in memory, in milliseconds (adjustable).
     pub session_idle_ms: AtomicU64,
+    /// Runs started and ended since the runtime opened, by outcome.
+    pub counters: RunCounters,
+}
+
+/// Runs started and ended since the runtime opened.
+#[derive(Debug, Default)]
+pub(crate) struct RunCounters {
+    pub started: AtomicU64,
+    pub completed: AtomicU64,
+    pub failed: AtomicU64,
+    pub cancelled: AtomicU64,
 }
 
 impl Shared {
@@ -176,6 +187,16 @@ impl SessionActor {
 
     fn apply(&mut self, records: &[Arc<Recorded>]) {
         for record in records {
+            let counter = match record.event {
+                Event::RunStarted { .. } => Some(&self.shared.counters.started),
+                Event::RunCompleted { .. } => Some(&self.shared.counters.completed),
+                Event::RunFailed { .. } => Some(&self.shared.counters.failed),
+                Event::RunCancelled { .. } => Some(&self.shared.counters.cancelled),
+                _ => None,
+            };
+            if let Some(counter) = counter {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
             self.state.apply(record);
         }
     }
@@ -369,6 +390,10 @@ impl SessionActor {
             next_index,
             slot,
             fallback_prompt,
+            model: {
+                let info = agent.harness.info();
+                (info.model, info.model_provider)
+            },
         };
         let journal = self.shared.journal.clone();
         let session_id = self.session_id.clone();

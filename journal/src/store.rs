@@ -115,7 +115,48 @@ struct Request {
     reply: oneshot::Sender<AppendResult>,
 }
 
+/// Upper bounds of the sync-latency histogram buckets, in microseconds.
+pub const SYNC_BUCKETS_US: [u64; 8] = [100, 250, 500, 1_000, 2_500, 5_000, 10_000, 50_000];
+
+/// Counters of the journal's work since it was opened (for metrics).
+#[derive(Debug, Default)]
+pub struct JournalStats {
+    appends: AtomicU64,
+    syncs: AtomicU64,
+    sync_us_total: AtomicU64,
+    sync_buckets: [AtomicU64; SYNC_BUCKETS_US.len()],
+}
+
+/// A reading of [`JournalStats`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// Append requests acknowledged.
+    pub appends: u64,
+    /// Records in the journal (its next position).
+    pub records: u64,
+    /// Group syncs (`fdatasync`) done.
+    pub syncs: u64,
+    /// Time spent in them, in microseconds.
+    pub sync_us_total: u64,
+    /// Syncs that took at most each of [`SYNC_BUCKETS_US`] (cumulative, like Prometheus).
+    pub sync_buckets: Vec<u64>,
+}
+
+impl JournalStats {
+    fn record_sync(&self, micros: u64, appends: u64) {
+        self.appends.fetch_add(appends, Ordering::Relaxed);
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        self.sync_us_total.fetch_add(micros, Ordering::Relaxed);
+        for (bound, bucket) in SYNC_BUCKETS_US.iter().zip(&self.sync_buckets) {
+            if micros <= *bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
 struct Inner {
+    stats: Arc<JournalStats>,
     path: PathBuf,
     tree: sled::Tree,
     sender: Mutex<Option<mpsc::Sender<Request>>>,
@@ -319,12 +360,15 @@ impl Journal {
         let (sender, receiver) = mpsc::channel(limits::APPEND_QUEUE_REQUESTS_MAX);
         let sync_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (sync_sender, sync_receiver) = std::sync::mpsc::sync_channel(1);
+        let stats = Arc::new(JournalStats::default());
         let syncer = Syncer {
+            stats: stats.clone(),
             db_file,
             blobs_dir: dir.join("blobs"),
             synced_blobs: HashSet::new(),
             durable_pos: next_pos.clone(),
             live: live.clone(),
+            last_sync_us: 0,
         };
         let committer = Committer {
             tree: tree.clone(),
@@ -347,6 +391,7 @@ impl Journal {
             })?;
         Ok(Journal {
             inner: Arc::new(Inner {
+                stats,
                 path: dir.to_path_buf(),
                 tree,
                 sender: Mutex::new(Some(sender)),
@@ -356,6 +401,22 @@ impl Journal {
                 db,
             }),
         })
+    }
+
+    /// Counters since the journal was opened.
+    pub fn stats(&self) -> StatsSnapshot {
+        let stats = &self.inner.stats;
+        StatsSnapshot {
+            appends: stats.appends.load(Ordering::Relaxed),
+            records: self.next_pos().0,
+            syncs: stats.syncs.load(Ordering::Relaxed),
+            sync_us_total: stats.sync_us_total.load(Ordering::Relaxed),
+            sync_buckets: stats
+                .sync_buckets
+                .iter()
+                .map(|bucket| bucket.load(Ordering::Relaxed))
+                .collect(),
+        }
     }
 
     /// The data directory.
@@ -953,11 +1014,13 @@ impl Committer {
 /// committer's work on the next; sled's flush stays on the committer (moving it here
 /// too was measured slower: sled's flush and apply contend).
 struct Syncer {
+    stats: Arc<JournalStats>,
     db_file: File,
     blobs_dir: PathBuf,
     synced_blobs: HashSet<std::ffi::OsString>,
     durable_pos: Arc<AtomicU64>,
     live: broadcast::Sender<Arc<Recorded>>,
+    last_sync_us: u64,
 }
 
 impl Syncer {
@@ -985,6 +1048,8 @@ impl Syncer {
                 }
                 continue;
             }
+            let appends = jobs.iter().map(|job| job.answers.len() as u64).sum();
+            self.stats.record_sync(self.last_sync_us, appends);
             for job in jobs {
                 self.durable_pos.store(job.end_pos, Ordering::SeqCst);
                 for record in job.staged {
@@ -1000,8 +1065,10 @@ impl Syncer {
 
     /// A real `fdatasync` after sled's flush (`sync_file_range` on Linux, done by the committer).
     fn sync(&mut self) -> Result<(), Error> {
+        let started = std::time::Instant::now();
         self.db_file.sync_data()?;
         self.sync_new_blobs()?;
+        self.last_sync_us = started.elapsed().as_micros() as u64;
         Ok(())
     }
 

@@ -7,6 +7,7 @@
 pub mod dto;
 pub mod error;
 pub mod form;
+pub mod metrics;
 pub mod sse;
 
 use std::sync::Arc;
@@ -68,6 +69,8 @@ pub fn router(state: AppState) -> Router {
             post(compact_session),
         )
         .route("/sessions", get(list_sessions))
+        .route("/metrics", get(metrics::daily))
+        .route("/metrics/prometheus", get(metrics::prometheus))
         .route(
             "/sessions/{session_id}",
             get(get_session).delete(delete_session),
@@ -316,7 +319,7 @@ async fn respond_run(
     Ok(Json(dto::run_output(&view, agent_name)).into_response())
 }
 
-fn now_s() -> u64 {
+pub(crate) fn now_s() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
