@@ -37,6 +37,12 @@ pub enum ApiError {
         /// The run in flight.
         run_id: String,
     },
+    /// 413: the body is larger than the configured limit.
+    #[error(
+        "request body is larger than the limit of {} bytes",
+        turnstile_journal::limits::REQUEST_BODY_BYTES_MAX
+    )]
+    PayloadTooLarge,
     /// 429: the durable queue is full.
     #[error("{0}")]
     TooManyRequests(String),
@@ -57,6 +63,7 @@ impl ApiError {
             ApiError::Conflict { error_type, .. } => (StatusCode::CONFLICT, error_type),
             ApiError::Busy { .. } => (StatusCode::CONFLICT, "session_busy"),
             ApiError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "queue_full"),
+            ApiError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }

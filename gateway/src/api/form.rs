@@ -16,6 +16,17 @@ use crate::api::error::ApiError;
 #[derive(Debug, Default)]
 pub struct Fields(HashMap<String, String>);
 
+/// Fields whose value is JSON (as text in a form, as JSON in a JSON body).
+const JSON_FIELDS: [&str; 7] = [
+    "output_schema",
+    "images",
+    "input_files",
+    "audio",
+    "videos",
+    "files",
+    "metadata",
+];
+
 impl Fields {
     /// Reads and decodes the body of `request`.
     pub async fn read(request: Request) -> Result<Fields, ApiError> {
@@ -33,7 +44,11 @@ impl Fields {
                 })?;
             let mut fields = HashMap::new();
             while let Some(field) = multipart.next_field().await.map_err(|error| {
-                ApiError::BadRequest(format!("malformed multipart body: {error}"))
+                if error.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::PayloadTooLarge
+                } else {
+                    ApiError::BadRequest(format!("malformed multipart body: {error}"))
+                }
             })? {
                 let name = field.name().unwrap_or_default().to_owned();
                 if field.file_name().is_some() {
@@ -51,7 +66,7 @@ impl Fields {
         }
         let body = Bytes::from_request(request, &()).await.map_err(|error| {
             if error.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::BadRequest("request body is too large".into())
+                ApiError::PayloadTooLarge
             } else {
                 ApiError::BadRequest(format!("cannot read the body: {error}"))
             }
@@ -65,14 +80,22 @@ impl Fields {
                     "JSON body must be an object".into(),
                 ));
             };
-            let fields = object
-                .into_iter()
-                .filter(|(_, value)| !value.is_null())
-                .map(|(name, value)| match value {
-                    serde_json::Value::String(text) => (name, text),
-                    other => (name, other.to_string()),
-                })
-                .collect();
+            let mut fields = HashMap::new();
+            for (name, value) in object {
+                let text = match value {
+                    serde_json::Value::Null => continue,
+                    serde_json::Value::String(text) => text,
+                    serde_json::Value::Bool(_) | serde_json::Value::Number(_) => value.to_string(),
+                    // Only the fields that carry JSON may be objects or arrays.
+                    structured if JSON_FIELDS.contains(&name.as_str()) => structured.to_string(),
+                    _ => {
+                        return Err(ApiError::Unprocessable(format!(
+                            "field {name:?} must be text, a number or a boolean"
+                        )));
+                    }
+                };
+                fields.insert(name, text);
+            }
             return Ok(Fields(fields));
         }
         if content_type.is_empty() && body.is_empty() {

@@ -8,6 +8,7 @@ pub mod dto;
 pub mod error;
 pub mod form;
 pub mod metrics;
+pub mod openapi;
 pub mod sse;
 
 use std::sync::Arc;
@@ -52,7 +53,11 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(health))
         .route("/agents", get(list_agents))
         .route("/agents/{agent_id}", get(get_agent))
-        .route("/agents/{agent_id}/runs", post(create_run))
+        .route(
+            "/agents/{agent_id}/runs",
+            post(create_run).get(list_agent_runs),
+        )
+        .route("/openapi.json", get(openapi::serve))
         .route("/agents/{agent_id}/runs/{run_id}", get(get_run))
         .route("/agents/{agent_id}/runs/{run_id}/cancel", post(cancel_run))
         .route("/agents/{agent_id}/runs/{run_id}/resume", post(resume_run))
@@ -77,6 +82,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/sessions/{session_id}/runs", get(get_session_runs))
         .fallback(fallback)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(REQUEST_BODY_BYTES_MAX))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -123,22 +129,17 @@ async fn require_api_key(
     response
 }
 
-async fn fallback(method: Method) -> Response {
-    let detail = if method == Method::GET || method == Method::POST || method == Method::DELETE {
-        "Not Found"
-    } else {
-        "Method Not Allowed"
-    };
-    let status = if detail == "Not Found" {
-        StatusCode::NOT_FOUND
-    } else {
-        StatusCode::METHOD_NOT_ALLOWED
-    };
-    (
-        status,
-        Json(json!({"detail": detail, "error_type": "not_found"})),
-    )
-        .into_response()
+async fn fallback(uri: axum::http::Uri) -> Response {
+    let body = json!({"detail": format!("No route for {}", uri.path()), "error_type": "not_found"});
+    (StatusCode::NOT_FOUND, Json(body)).into_response()
+}
+
+async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> Response {
+    let body = json!({
+        "detail": format!("{method} is not allowed on {}; see /openapi.json", uri.path()),
+        "error_type": "method_not_allowed",
+    });
+    (StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response()
 }
 
 async fn health() -> Json<serde_json::Value> {
@@ -715,4 +716,56 @@ async fn delete_session(
         ))),
         Err(refused) => Err(refused.into()),
     }
+}
+
+#[derive(Debug, Deserialize)]
+struct AgentRunsQuery {
+    session_id: Option<String>,
+    status: Option<String>,
+}
+
+/// `GET /agents/{agent_id}/runs?session_id=&status=`: this agent's runs, oldest first.
+async fn list_agent_runs(
+    State(state): State<AppState>,
+    Path(agent_id): Path<String>,
+    Query(query): Query<AgentRunsQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let agent = find_agent(&state.runtime, &agent_id)?;
+    let status = query.status.as_deref().map(str::to_ascii_uppercase);
+    if let Some(status) = status.as_deref() {
+        if !["PENDING", "RUNNING", "COMPLETED", "ERROR", "CANCELLED"].contains(&status) {
+            return Err(ApiError::Unprocessable(format!(
+                "status must be a run status, got {status:?}"
+            )));
+        }
+    }
+    let sessions: Vec<SessionId> = match query.session_id.as_deref() {
+        Some(session_id) => vec![find_session(&state, session_id)?.session_id],
+        None => state
+            .runtime
+            .sessions()?
+            .into_iter()
+            .filter(|entry| entry.agent_id == agent.id)
+            .map(|entry| entry.session_id)
+            .collect(),
+    };
+    let mut runs = Vec::new();
+    for session_id in sessions {
+        let Some(session) = state.runtime.session_state(&session_id)? else {
+            continue;
+        };
+        runs.extend(
+            session
+                .runs
+                .iter()
+                .filter(|run| run.agent_id == agent.id)
+                .filter(|run| {
+                    status
+                        .as_deref()
+                        .is_none_or(|status| run.status.as_str() == status)
+                })
+                .map(|run| dto::run_output(run, &agent.name)),
+        );
+    }
+    Ok(Json(json!(runs)))
 }

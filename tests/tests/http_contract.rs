@@ -1,0 +1,484 @@
+//! The HTTP contract as a whole, against the real binary: every routed path is in
+//! `/openapi.json`, and a table of malformed or hostile requests each gets a 4xx with
+//! a clear message, none a 5xx, and none changes any state.
+
+use std::path::Path;
+
+use serde_json::Value;
+use turnstile_tests::{Server, http_client as client};
+
+/// (method, path) of every `.route(...)` in the gateway's router source.
+fn routed() -> Vec<(String, String)> {
+    let source = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../gateway/src/api/mod.rs"),
+    )
+    .unwrap();
+    let mut routes = Vec::new();
+    for chunk in source.split(".route(").skip(1) {
+        let end = chunk
+            .find(".route(")
+            .or_else(|| chunk.find(".fallback("))
+            .unwrap_or(chunk.len());
+        let chunk = &chunk[..end];
+        let path = chunk.split('"').nth(1).unwrap().to_owned();
+        for method in ["get", "post", "put", "patch", "delete"] {
+            if chunk.contains(&format!("{method}(")) {
+                routes.push((method.to_owned(), path.clone()));
+            }
+        }
+    }
+    routes
+}
+
+#[tokio::test]
+async fn every_routed_path_is_in_the_openapi_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let document: Value = client()
+        .get(server.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(document["openapi"], "3.1.0");
+    let routes = routed();
+    assert!(routes.len() >= 18, "found only {routes:?}");
+    for (method, path) in routes {
+        assert!(
+            document["paths"][&path][&method].is_object(),
+            "{method} {path} is not in /openapi.json"
+        );
+    }
+}
+
+fn count(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name).map(|v| v.trim().parse().unwrap()))
+        .unwrap_or(-1.0)
+}
+
+#[tokio::test]
+async fn hostile_requests_get_a_clear_4xx_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    // Some state to protect.
+    let seeded: Value = client()
+        .post(server.url("/agents/scripted/runs"))
+        .form(&[
+            ("message", "/tool Read {}\n/reply seed"),
+            ("session_id", "seed"),
+            ("stream", "false"),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run = seeded["run_id"].as_str().unwrap().to_owned();
+    let before_metrics = client()
+        .get(server.url("/metrics/prometheus"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let before_sessions: Value = client()
+        .get(server.url("/sessions"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+
+    let runs = "/agents/scripted/runs";
+    let huge = "x".repeat(17 * 1024 * 1024);
+    let long_id = "s".repeat(200);
+    let long_key = "k".repeat(300);
+    let run_path = |suffix: &str| format!("/agents/scripted/runs/{run}{suffix}");
+    // (method, path, content type, body, extra header, expected status)
+    let cases: Vec<(&str, String, &str, String, Option<(&str, String)>, u16)> = vec![
+        (
+            "POST",
+            runs.into(),
+            "application/json",
+            r#"{"message":"#.into(),
+            None,
+            422,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "application/json",
+            "[1,2]".into(),
+            None,
+            422,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "application/json",
+            r#"{"message":{"a":1}}"#.into(),
+            None,
+            422,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "application/json",
+            r#"{"message":"x","stream":"yes"}"#.into(),
+            None,
+            422,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "application/json",
+            "".into(),
+            None,
+            422,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "application/x-www-form-urlencoded",
+            "stream=false".into(),
+            None,
+            422,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "application/x-www-form-urlencoded",
+            "message=&stream=false".into(),
+            None,
+            422,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "application/x-www-form-urlencoded",
+            "message=x&stream=maybe".into(),
+            None,
+            422,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "application/x-www-form-urlencoded",
+            "message=x&background=perhaps".into(),
+            None,
+            422,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "application/x-www-form-urlencoded",
+            "message=x&session_id=..%2F..%2Fetc".into(),
+            None,
+            422,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "application/x-www-form-urlencoded",
+            format!("message=x&session_id={long_id}"),
+            None,
+            422,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "application/x-www-form-urlencoded",
+            "message=x&images=%5Bnot".into(),
+            None,
+            422,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "application/x-www-form-urlencoded",
+            "message=x&output_schema=%7Bbroken".into(),
+            None,
+            422,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "application/x-www-form-urlencoded",
+            "message=x&audio=%5B%7B%22url%22%3A%22a.mp3%22%7D%5D".into(),
+            None,
+            400,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "application/x-www-form-urlencoded",
+            "message=x&videos=%5B%7B%22url%22%3A%22v.mp4%22%7D%5D".into(),
+            None,
+            400,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "application/x-www-form-urlencoded",
+            "message=x&multitask_strategy=bogus".into(),
+            None,
+            422,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "application/x-www-form-urlencoded",
+            "message=x".into(),
+            Some(("Idempotency-Key", long_key.clone())),
+            400,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "text/plain",
+            "message=x".into(),
+            None,
+            400,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "application/x-www-form-urlencoded",
+            format!("message={huge}"),
+            None,
+            413,
+        ),
+        (
+            "POST",
+            "/agents/nobody/runs".into(),
+            "application/x-www-form-urlencoded",
+            "message=x".into(),
+            None,
+            404,
+        ),
+        (
+            "POST",
+            "/agents/..%2F..%2Fetc/runs".into(),
+            "application/x-www-form-urlencoded",
+            "message=x".into(),
+            None,
+            404,
+        ),
+        (
+            "GET",
+            "/agents/scripted/runs/%2E%2E".into(),
+            "",
+            "".into(),
+            None,
+            404,
+        ),
+        (
+            "GET",
+            "/agents/scripted/runs/no-such-run".into(),
+            "",
+            "".into(),
+            None,
+            404,
+        ),
+        (
+            "GET",
+            "/agents/scripted/runs?status=weird".into(),
+            "",
+            "".into(),
+            None,
+            422,
+        ),
+        (
+            "GET",
+            "/agents/scripted/runs?session_id=nope".into(),
+            "",
+            "".into(),
+            None,
+            404,
+        ),
+        (
+            "GET",
+            run_path("?session_id=someone-else"),
+            "",
+            "".into(),
+            None,
+            404,
+        ),
+        (
+            "POST",
+            run_path("/resume"),
+            "application/x-www-form-urlencoded",
+            "last_event_index=abc".into(),
+            None,
+            422,
+        ),
+        (
+            "POST",
+            "/agents/scripted/runs/unknown/resume".into(),
+            "",
+            "".into(),
+            None,
+            404,
+        ),
+        (
+            "POST",
+            "/agents/scripted/runs/unknown/continue".into(),
+            "application/x-www-form-urlencoded",
+            "input=x".into(),
+            None,
+            404,
+        ),
+        (
+            "POST",
+            run_path("/continue"),
+            "application/x-www-form-urlencoded",
+            "continue_from=elsewhere".into(),
+            None,
+            422,
+        ),
+        (
+            "POST",
+            run_path("/continue"),
+            "application/x-www-form-urlencoded",
+            "continue_from=999&input=x".into(),
+            None,
+            409,
+        ),
+        (
+            "GET",
+            "/agents/scripted/runs/unknown/checkpoints".into(),
+            "",
+            "".into(),
+            None,
+            404,
+        ),
+        (
+            "POST",
+            "/agents/nobody/runs/x/cancel".into(),
+            "",
+            "".into(),
+            None,
+            404,
+        ),
+        (
+            "POST",
+            "/agents/scripted/sessions/..%2F/compact".into(),
+            "",
+            "".into(),
+            None,
+            404,
+        ),
+        (
+            "POST",
+            "/agents/nobody/sessions/seed/compact".into(),
+            "",
+            "".into(),
+            None,
+            404,
+        ),
+        ("GET", "/sessions?limit=-1".into(), "", "".into(), None, 422),
+        ("GET", "/sessions?page=0".into(), "", "".into(), None, 422),
+        (
+            "GET",
+            "/sessions?sort_by=name".into(),
+            "",
+            "".into(),
+            None,
+            422,
+        ),
+        ("GET", "/sessions/..%2F..".into(), "", "".into(), None, 404),
+        (
+            "DELETE",
+            "/sessions/unknown".into(),
+            "",
+            "".into(),
+            None,
+            404,
+        ),
+        (
+            "GET",
+            "/sessions/unknown/runs".into(),
+            "",
+            "".into(),
+            None,
+            404,
+        ),
+        (
+            "GET",
+            "/metrics?ending_date=tomorrow".into(),
+            "",
+            "".into(),
+            None,
+            422,
+        ),
+        ("PUT", "/agents".into(), "", "".into(), None, 405),
+        (
+            "DELETE",
+            "/agents/scripted".into(),
+            "",
+            "".into(),
+            None,
+            405,
+        ),
+        ("PATCH", "/sessions".into(), "", "".into(), None, 405),
+        ("POST", "/health".into(), "", "".into(), None, 405),
+        ("GET", "/nope".into(), "", "".into(), None, 404),
+    ];
+    assert!(cases.len() >= 40);
+    for (method, path, content_type, body, header, expected) in cases {
+        let mut request = client().request(method.parse().unwrap(), server.url(&path));
+        if !content_type.is_empty() {
+            request = request
+                .header("content-type", content_type)
+                .body(body.clone());
+        }
+        if let Some((name, value)) = header {
+            request = request.header(name, value);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        assert_eq!(status, expected, "{method} {path}: {text}");
+        let detail: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|_| panic!("{method} {path}: not JSON: {text}"));
+        assert!(
+            detail["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{method} {path}: {text}"
+        );
+        assert!(
+            !text.contains("/root/") && !text.contains("panicked"),
+            "{method} {path} leaks: {text}"
+        );
+    }
+
+    let after_metrics = client()
+        .get(server.url("/metrics/prometheus"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let after_sessions: Value = client()
+        .get(server.url("/sessions"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        count(&after_metrics, "turnstile_journal_records "),
+        count(&before_metrics, "turnstile_journal_records ")
+    );
+    assert_eq!(
+        after_sessions["meta"]["total_count"],
+        before_sessions["meta"]["total_count"]
+    );
+}
