@@ -180,6 +180,8 @@ pub(crate) struct RunTask {
     pub fallback_prompt: Option<String>,
     /// The model identity recorded in the run's metrics (`details.model`).
     pub model: (String, String),
+    /// The JSON Schema the final answer must satisfy (structured output).
+    pub output_schema: Option<serde_json::Value>,
 }
 
 enum AttemptEnd {
@@ -325,12 +327,47 @@ impl RunTask {
         }
     }
 
+    /// Checks a structured answer against the run's schema: the parsed object and its
+    /// content type (the schema's title), or the failure naming the failing path.
+    fn structured(&self, content: &str) -> Result<Option<(serde_json::Value, String)>, String> {
+        let Some(schema) = &self.output_schema else {
+            return Ok(None);
+        };
+        let value: serde_json::Value = serde_json::from_str(content.trim()).map_err(|error| {
+            format!("The answer is not JSON, but the run asked for structured output: {error}")
+        })?;
+        let validator = jsonschema::validator_for(schema)
+            .map_err(|error| format!("The output schema is invalid: {error}"))?;
+        if let Err(error) = validator.validate(&value) {
+            let path = error.instance_path().to_string();
+            let path = if path.is_empty() {
+                "/".to_owned()
+            } else {
+                path
+            };
+            return Err(format!(
+                "The answer does not match the output schema at {path}: {error}"
+            ));
+        }
+        let title = schema["title"].as_str().unwrap_or("dict").to_owned();
+        Ok(Some((value, title)))
+    }
+
     fn completed(
         &mut self,
         outcome: TurnOutcome,
         started: Instant,
         first_token: Option<f64>,
     ) -> Vec<Event> {
+        let (content, content_type, wire_content) = match self.structured(&outcome.content) {
+            Err(message) => return self.failed("output_validation", &message, false),
+            Ok(Some((value, title))) => (value.to_string(), title, value),
+            Ok(None) => (
+                outcome.content.clone(),
+                "str".to_owned(),
+                serde_json::Value::String(outcome.content.clone()),
+            ),
+        };
         let usage = &outcome.usage;
         let metrics = json!({
             "input_tokens": usage.input_tokens,
@@ -358,12 +395,12 @@ impl RunTask {
             self.identity.emitted(
                 index,
                 "RunCompleted",
-                json!({"content": outcome.content, "content_type": "str", "metrics": metrics}),
+                json!({"content": wire_content, "content_type": content_type, "metrics": metrics}),
             ),
             Event::RunCompleted {
                 run_id: self.identity.run_id.clone(),
-                content: outcome.content,
-                content_type: "str".into(),
+                content,
+                content_type,
                 metrics: metrics.to_string(),
             },
         ]

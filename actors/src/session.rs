@@ -365,6 +365,10 @@ impl SessionActor {
                 self.state.session.transcript().to_vec(),
             ),
         };
+        let output_schema = serde_json::from_str::<serde_json::Value>(&run.options)
+            .ok()
+            .map(|options| options["output_schema"].clone())
+            .filter(|schema| schema.is_object());
         let fallback_prompt = match run.fork {
             Some(_) => None,
             None => Some(render_prompt(
@@ -383,6 +387,7 @@ impl SessionActor {
                 message: run.input.clone(),
                 harness_session_id,
                 transcript,
+                output_schema: output_schema.as_ref().map(|schema| schema.to_string()),
             },
             policy: agent.retry,
             cancel,
@@ -394,6 +399,7 @@ impl SessionActor {
                 let info = agent.harness.info();
                 (info.model, info.model_provider)
             },
+            output_schema: output_schema.clone(),
         };
         let journal = self.shared.journal.clone();
         let session_id = self.session_id.clone();

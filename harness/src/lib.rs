@@ -44,6 +44,9 @@ pub struct TurnRequest {
     pub harness_session_id: Option<String>,
     /// That harness session's transcript lines, as journaled, oldest first.
     pub transcript: Vec<String>,
+    /// A JSON Schema (JSON text) the final answer must satisfy, for harnesses that can
+    /// ask their model for structured output.
+    pub output_schema: Option<String>,
 }
 
 /// One tool call, as agno's `ToolExecution` describes it.

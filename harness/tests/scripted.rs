@@ -18,6 +18,7 @@ fn request(message: &str, attempt: u32, transcript: Vec<String>) -> TurnRequest 
         message: message.into(),
         harness_session_id: None,
         transcript,
+        output_schema: None,
     }
 }
 

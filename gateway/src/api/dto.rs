@@ -70,7 +70,11 @@ pub fn run_output(run: &RunView, agent_name: &str) -> Value {
         "session_id": run.session_id,
         "user_id": run.user_id,
         "status": run.status.as_str(),
-        "content": run.content,
+        // Structured output is the parsed object; text is text.
+        "content": match run.content_type.as_str() {
+            "str" => Value::String(run.content.clone()),
+            _ => serde_json::from_str(&run.content).unwrap_or_else(|_| Value::String(run.content.clone())),
+        },
         "content_type": run.content_type,
         "tools": run.tools,
         "messages": messages(run),

@@ -165,8 +165,7 @@ async fn get_agent(
 
 /// Fields this build does not take yet; refused before anything is recorded rather
 /// than silently dropped.
-const NOT_YET: [(&str, &str); 4] = [
-    ("output_schema", "structured output"),
+const NOT_YET: [(&str, &str); 3] = [
     ("images", "image attachments"),
     ("input_files", "file attachments"),
     ("files", "file uploads"),
@@ -214,6 +213,7 @@ async fn create_run(
             )));
         }
     }
+    let output_schema = output_schema(&fields)?;
     let multitask = match fields.text("multitask_strategy") {
         None | Some("reject") if !background => Multitask::Reject,
         None | Some("reject") | Some("enqueue") => Multitask::Enqueue,
@@ -248,7 +248,7 @@ async fn create_run(
         session_id,
         user_id,
         message: message.to_owned(),
-        options: json!({"stream": stream, "background": background}),
+        options: json!({"stream": stream, "background": background, "output_schema": output_schema}),
         multitask,
         idempotency_key,
         fork: None,
@@ -325,6 +325,25 @@ pub(crate) fn now_s() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+/// The `output_schema` field: a JSON Schema whose root is an object, checked on entry.
+fn output_schema(fields: &Fields) -> Result<Option<serde_json::Value>, ApiError> {
+    let Some(schema) = fields.json("output_schema")? else {
+        return Ok(None);
+    };
+    let is_object_schema =
+        schema.is_object() && (schema["type"] == "object" || schema.get("properties").is_some());
+    if !is_object_schema {
+        return Err(ApiError::Unprocessable(
+            "output_schema must be a JSON Schema whose root is an object (\"type\": \"object\")"
+                .into(),
+        ));
+    }
+    jsonschema::validator_for(&schema).map_err(|error| {
+        ApiError::Unprocessable(format!("output_schema is not a valid JSON Schema: {error}"))
+    })?;
+    Ok(Some(schema))
 }
 
 #[derive(Debug, Deserialize)]
