@@ -1,0 +1,41 @@
+//! Compatibility with a client no one here wrote: agno 3.1.10's own `AgentOSClient`
+//! drives the real `turnstile serve` (`tests/agno/compat.py`): agents, runs
+//! (non-streamed and streamed, events parsed into agno's types), continue, cancel, a
+//! background run, sessions, a session, its runs, and metrics.
+//!
+//! Needs Python with `tests/agno/requirements.txt` installed (`.ci/run` installs it);
+//! without it the test fails and says so.
+
+use std::path::Path;
+use std::process::Command;
+
+use turnstile_tests::Server;
+
+#[test]
+fn agnos_own_client_parses_every_answer() {
+    let python = std::env::var("TURNSTILE_PYTHON").unwrap_or_else(|_| "python3".into());
+    let probe = Command::new(&python)
+        .args(["-c", "import agno.client"])
+        .output();
+    let installed = probe.as_ref().is_ok_and(|output| output.status.success());
+    assert!(
+        installed,
+        "agno's client is not installed for {python}: pip install -r tests/agno/requirements.txt ({:?})",
+        probe.map(|output| String::from_utf8_lossy(&output.stderr).into_owned())
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("agno/compat.py");
+    let output = Command::new(&python)
+        .arg(&script)
+        .arg(&server.base)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "agno's client failed:\n{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("all calls parsed"), "{stdout}");
+}
