@@ -107,6 +107,12 @@ pub struct AgentConfig {
     /// Keep staged uploads after the run.
     #[serde(default)]
     pub keep_uploads: bool,
+    /// List a streamed run's events on the run (agno's `store_events`; the journal
+    /// keeps every event regardless).
+    #[serde(default)]
+    pub store_events: bool,
+    /// Event types such a list leaves out (agno's `events_to_skip`; default `RunContent`).
+    pub events_to_skip: Option<Vec<String>>,
     /// Environment for the CLI.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
@@ -137,6 +143,8 @@ fn default_agents() -> Vec<AgentConfig> {
         delay_between_retries_s: 1.0,
         exponential_backoff: false,
         keep_uploads: false,
+        store_events: false,
+        events_to_skip: None,
         env: BTreeMap::new(),
     }]
 }
@@ -270,6 +278,25 @@ impl Config {
                         exponential_backoff: agent.exponential_backoff,
                     },
                 })
+            })
+            .collect()
+    }
+}
+
+impl Config {
+    /// The agents that store events, with the event types they skip.
+    pub fn stored_events(&self) -> std::collections::HashMap<String, Vec<String>> {
+        self.agents
+            .iter()
+            .filter(|agent| agent.store_events)
+            .map(|agent| {
+                (
+                    agent.id.clone(),
+                    agent
+                        .events_to_skip
+                        .clone()
+                        .unwrap_or_else(|| vec!["RunContent".to_owned()]),
+                )
             })
             .collect()
     }

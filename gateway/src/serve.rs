@@ -60,11 +60,13 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     if api_key.is_some() {
         tracing::info!("API key auth is on ({} is set)", config.server.api_key_env);
     }
+    let stored_events = std::sync::Arc::new(config.stored_events());
     let app = router(AppState {
         runtime: runtime.clone(),
         shutdown: shutdown.clone(),
         sse,
         api_key,
+        stored_events,
     });
     tracing::info!(
         "turnstile listening on http://{local} (data dir {})",

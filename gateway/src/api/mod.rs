@@ -45,6 +45,54 @@ pub struct AppState {
     pub sse: SseOptions,
     /// The API key every route but `/health` requires, when auth is on.
     pub api_key: Option<Arc<str>>,
+    /// Per agent that stores events (agno's `store_events`): the event types it skips.
+    pub stored_events: Arc<std::collections::HashMap<String, Vec<String>>>,
+}
+
+/// A run as agno's `RunOutput`, with its stored events when its agent keeps them:
+/// agno's `store_events` lists a streamed run's events less `events_to_skip` (by
+/// default `RunContent`); the journal keeps every event regardless.
+async fn run_json(
+    state: &AppState,
+    run: &RunView,
+    agent_name: &str,
+) -> Result<serde_json::Value, ApiError> {
+    let mut output = dto::run_output(run, agent_name);
+    let Some(skip) = state.stored_events.get(&run.agent_id) else {
+        return Ok(output);
+    };
+    let streamed = serde_json::from_str::<serde_json::Value>(&run.options)
+        .ok()
+        .and_then(|o| o["stream"].as_bool())
+        .unwrap_or(false);
+    if !streamed || !run.status.is_terminal() {
+        return Ok(output);
+    }
+    let mut stored = Vec::new();
+    if let Some(mut events) = state.runtime.run_events(&run.run_id, None)? {
+        while let Some(event) = events.next().await {
+            let event = event?;
+            if !skip.contains(&event.event_type) {
+                stored.push(
+                    serde_json::from_str::<serde_json::Value>(&event.data).unwrap_or_default(),
+                );
+            }
+        }
+    }
+    output["events"] = json!(stored);
+    Ok(output)
+}
+
+async fn runs_json(
+    state: &AppState,
+    runs: &[&RunView],
+    agent_name: &str,
+) -> Result<serde_json::Value, ApiError> {
+    let mut outputs = Vec::with_capacity(runs.len());
+    for run in runs {
+        outputs.push(run_json(state, run, agent_name).await?);
+    }
+    Ok(json!(outputs))
 }
 
 /// The router with every route.
@@ -317,7 +365,7 @@ async fn respond_run(
         view = handle.outcome() => view?,
         _ = shutdown.cancelled() => return Err(ApiError::ShuttingDown),
     };
-    Ok(Json(dto::run_output(&view, agent_name)).into_response())
+    Ok(Json(run_json(state, &view, agent_name).await?).into_response())
 }
 
 pub(crate) fn now_s() -> u64 {
@@ -367,7 +415,7 @@ async fn get_run(
     if view.agent_id != agent.id || wrong_session {
         return Err(not_found());
     }
-    Ok(Json(dto::run_output(&view, &agent.name)))
+    Ok(Json(run_json(&state, &view, &agent.name).await?))
 }
 
 async fn cancel_run(
@@ -713,13 +761,8 @@ async fn get_session_runs(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let session = find_session(&state, &session_id)?;
     let name = agent_name_of(&state.runtime, &session.session.agent_id);
-    Ok(Json(json!(
-        session
-            .runs
-            .iter()
-            .map(|run| dto::run_output(run, &name))
-            .collect::<Vec<_>>()
-    )))
+    let runs: Vec<&RunView> = session.runs.iter().collect();
+    Ok(Json(runs_json(&state, &runs, &name).await?))
 }
 
 /// `DELETE /sessions/{id}`: a tombstone event; 204, or 409 while a run is in flight.
@@ -768,23 +811,21 @@ async fn list_agent_runs(
             .map(|entry| entry.session_id)
             .collect(),
     };
-    let mut runs = Vec::new();
+    let mut states = Vec::new();
     for session_id in sessions {
-        let Some(session) = state.runtime.session_state(&session_id)? else {
-            continue;
-        };
-        runs.extend(
-            session
-                .runs
-                .iter()
-                .filter(|run| run.agent_id == agent.id)
-                .filter(|run| {
-                    status
-                        .as_deref()
-                        .is_none_or(|status| run.status.as_str() == status)
-                })
-                .map(|run| dto::run_output(run, &agent.name)),
-        );
+        if let Some(session) = state.runtime.session_state(&session_id)? {
+            states.push(session);
+        }
     }
-    Ok(Json(json!(runs)))
+    let runs: Vec<&RunView> = states
+        .iter()
+        .flat_map(|session| session.runs.iter())
+        .filter(|run| run.agent_id == agent.id)
+        .filter(|run| {
+            status
+                .as_deref()
+                .is_none_or(|status| run.status.as_str() == status)
+        })
+        .collect();
+    Ok(Json(runs_json(&state, &runs, &agent.name).await?))
 }
