@@ -23,6 +23,8 @@ async fn main() -> anyhow::Result<()> {
             description: "the built-in scripted harness".into(),
             harness: Arc::new(ScriptedHarness),
             retry: RetryPolicy::default(),
+            cwd: std::env::temp_dir().join("turnstile-embed-workspace"),
+            keep_uploads: false,
         }],
     ))?;
     let command = StartRun {
@@ -34,6 +36,7 @@ async fn main() -> anyhow::Result<()> {
         multitask: Multitask::Reject,
         idempotency_key: None,
         fork: None,
+        attachments: Vec::new(),
     };
     let mut run = match runtime.start_run(command).await? {
         Ok(run) => run,

@@ -118,42 +118,56 @@ fn run_entries(run: &RunView, until: Option<u32>) -> Vec<HistoryEntry> {
     entries
 }
 
+/// The runs of the session's current branch before run `current`, oldest first.
+pub fn branch_runs<'a>(
+    state: &'a SessionState,
+    current: &turnstile_journal::RunId,
+) -> Vec<&'a RunView> {
+    branch_chain(state, current)
+        .into_iter()
+        .map(|(index, _)| &state.runs[index])
+        .collect()
+}
+
 /// The history of the session's current branch before run `current` (excluded).
 pub fn branch_history(
     state: &SessionState,
     current: &turnstile_journal::RunId,
 ) -> Vec<HistoryEntry> {
+    branch_chain(state, current)
+        .iter()
+        .flat_map(|(index, until)| run_entries(&state.runs[*index], *until))
+        .collect()
+}
+
+/// Indexes of the branch's runs before `current`, oldest first, each with the message
+/// boundary a continuation kept of it.
+fn branch_chain(
+    state: &SessionState,
+    current: &turnstile_journal::RunId,
+) -> Vec<(usize, Option<u32>)> {
     let Some(position) = state.runs.iter().position(|run| &run.run_id == current) else {
         return Vec::new();
     };
     // Walk back from the run before `current`: a continuation's predecessor is its
     // source up to the continuation point; any other run's is the run before it.
-    let mut chain: Vec<(usize, Option<u32>)> = Vec::new();
-    let mut cursor = match &state.runs[position].fork {
+    let predecessor = |index: usize| match &state.runs[index].fork {
         Some(fork) => state
             .runs
             .iter()
             .position(|run| run.run_id == fork.from_run_id)
             .map(|i| (i, Some(fork.message_index))),
-        None => position.checked_sub(1).map(|i| (i, None)),
+        None => index.checked_sub(1).map(|i| (i, None)),
     };
+    let mut chain = Vec::new();
+    let mut cursor = predecessor(position);
     while let Some((index, until)) = cursor {
         chain.push((index, until));
-        cursor = match &state.runs[index].fork {
-            Some(fork) => state
-                .runs
-                .iter()
-                .position(|run| run.run_id == fork.from_run_id)
-                .map(|i| (i, Some(fork.message_index))),
-            None => index.checked_sub(1).map(|i| (i, None)),
-        };
         if chain.len() > state.runs.len() {
             break;
         }
+        cursor = predecessor(index);
     }
+    chain.reverse();
     chain
-        .iter()
-        .rev()
-        .flat_map(|(index, until)| run_entries(&state.runs[*index], *until))
-        .collect()
 }

@@ -14,6 +14,7 @@ mod run;
 mod runtime;
 mod session;
 mod stream;
+pub mod uploads;
 
 pub use run::{RetryPolicy, WireEvent};
 pub use runtime::{

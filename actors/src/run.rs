@@ -182,6 +182,8 @@ pub(crate) struct RunTask {
     pub model: (String, String),
     /// The JSON Schema the final answer must satisfy (structured output).
     pub output_schema: Option<serde_json::Value>,
+    /// Why the run's attachments could not be staged: the run fails without a turn.
+    pub staging_error: Option<String>,
 }
 
 enum AttemptEnd {
@@ -197,6 +199,15 @@ impl RunTask {
         let mut records = Vec::new();
         let mut first_token: Option<f64> = None;
         let max_attempts = self.policy.max_attempts().max(self.request.attempt);
+        if let Some(error) = self.staging_error.take() {
+            let terminal = self.failed("attachment_staging", &error, false);
+            return Finished {
+                run_id: self.identity.run_id.clone(),
+                records,
+                terminal,
+                slot: self.slot,
+            };
+        }
         let terminal = loop {
             let end = self.attempt(&mut records, &mut first_token, started).await;
             let (kind, message) = match end {

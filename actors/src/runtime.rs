@@ -22,6 +22,7 @@ use crate::registry::{CountSessions, GetSession, Registry, WakeSession};
 use crate::run::RetryPolicy;
 use crate::session::{CancelRunMsg, CompactMsg, DeleteSessionMsg, Shared, StartRunMsg};
 use crate::stream::RunEvents;
+use crate::uploads::Attachment;
 
 /// One configured agent: an id, a display name and the harness that runs its turns.
 #[derive(Clone)]
@@ -36,6 +37,11 @@ pub struct AgentSpec {
     pub harness: Arc<dyn Harness>,
     /// How failed attempts are retried.
     pub retry: RetryPolicy,
+    /// The harness's working directory; attachments are staged under
+    /// `<cwd>/.turnstile/uploads/<run_id>/`.
+    pub cwd: PathBuf,
+    /// Keep staged attachments after the run.
+    pub keep_uploads: bool,
 }
 
 /// How to open a runtime.
@@ -98,6 +104,8 @@ pub struct StartRun {
     pub idempotency_key: Option<String>,
     /// For a continuation: the run and harness transcript point it starts from.
     pub fork: Option<ForkPoint>,
+    /// Files attached to the turn; journaled with it and staged for its harness.
+    pub attachments: Vec<Attachment>,
 }
 
 /// Where a continuation starts in its source run (agno's `continue_from`).
@@ -195,6 +203,13 @@ pub enum Refused {
     Compacting {
         /// The session.
         session_id: SessionId,
+    },
+    /// The input cannot be accepted (an attachment name that is not a plain file name,
+    /// or two files of one name).
+    #[error("{reason}")]
+    InvalidInput {
+        /// Why.
+        reason: String,
     },
     /// The run cannot be continued.
     #[error("Cannot continue run {run_id}: {reason}")]
@@ -384,6 +399,19 @@ impl Runtime {
             return Ok(Err(Refused::UnknownAgent {
                 agent_id: command.agent_id,
             }));
+        }
+        let mut names = std::collections::HashSet::new();
+        for attachment in &command.attachments {
+            if let Err(error) = crate::uploads::check_name(&attachment.name) {
+                return Ok(Err(Refused::InvalidInput {
+                    reason: error.to_string(),
+                }));
+            }
+            if !names.insert(attachment.name.as_str()) {
+                return Ok(Err(Refused::InvalidInput {
+                    reason: format!("two attachments are named {:?}", attachment.name),
+                }));
+            }
         }
         let runtime = self.clone();
         tokio::spawn(async move {
@@ -587,6 +615,7 @@ impl Runtime {
             multitask: command.multitask,
             idempotency_key: None,
             fork: Some(fork),
+            attachments: Vec::new(),
         })
         .await
     }

@@ -20,9 +20,12 @@ use tokio_util::sync::CancellationToken;
 use turnstile_harness::{CompactRequest, Compaction, TurnRequest};
 use turnstile_journal::limits::{RUN_BROADCAST_EVENTS, SESSION_MAILBOX_MESSAGES};
 use turnstile_journal::{Event, EventIndex, Expected, Journal, Recorded, RunId, Seq, SessionId};
-use turnstile_projections::{RunStatus, SessionState};
+use turnstile_projections::{RunStatus, RunView, SessionState};
 
-use crate::history::{branch_history, render_prompt};
+/// Earlier runs of the branch whose attachments a turn stages again.
+const ATTACHMENT_RUNS_RESTORED: usize = 10;
+
+use crate::history::{branch_history, branch_runs, render_prompt};
 use crate::registry::{Passivated, Registry};
 use crate::run::{
     Finished, RunIdentity, RunTask, WireEvent, broadcast_wire, cancelled_events, failed_events,
@@ -95,6 +98,8 @@ impl Shared {
 struct InFlight {
     run_id: RunId,
     cancel: CancellationToken,
+    /// Runs whose attachments this turn staged, removed when it ends (unless kept).
+    staged: Vec<RunId>,
 }
 
 /// A run waiting for its turn.
@@ -311,9 +316,11 @@ impl SessionActor {
             return self.pump(ctx);
         };
         let cancel = CancellationToken::new();
+        let (staged, staging) = self.stage_attachments(&run, &agent);
         self.in_flight = Some(InFlight {
             run_id: run.run_id.clone(),
             cancel: cancel.clone(),
+            staged,
         });
         let live = self.shared.ensure_live(&run.run_id);
         let mut next_index = EventIndex(run.event_count);
@@ -384,7 +391,10 @@ impl SessionActor {
                 run_id: run.run_id.clone(),
                 session_id: self.session_id.clone(),
                 attempt: run.attempts + 1,
-                message: run.input.clone(),
+                message: match &staging {
+                    Ok(note) => format!("{}{note}", run.input),
+                    Err(_) => run.input.clone(),
+                },
                 harness_session_id,
                 transcript,
                 output_schema: output_schema.as_ref().map(|schema| schema.to_string()),
@@ -400,6 +410,7 @@ impl SessionActor {
                 (info.model, info.model_provider)
             },
             output_schema: output_schema.clone(),
+            staging_error: staging.err(),
         };
         let journal = self.shared.journal.clone();
         let session_id = self.session_id.clone();
@@ -435,6 +446,90 @@ impl SessionActor {
         );
     }
 
+    /// Stages the run's attachments and those of the last runs of its branch, from the
+    /// journal, for the harness; returns the runs staged and the note that names them in
+    /// the prompt (or why staging failed).
+    fn stage_attachments(
+        &self,
+        run: &RunView,
+        agent: &AgentSpec,
+    ) -> (Vec<RunId>, Result<String, String>) {
+        // The run itself, then up to 10 earlier runs of its branch that had attachments.
+        let mut runs: Vec<&RunView> = vec![run];
+        let mut cursor = branch_runs(&self.state, &run.run_id);
+        cursor.retain(|earlier| !earlier.attachments.is_empty());
+        runs.extend(cursor.into_iter().rev().take(ATTACHMENT_RUNS_RESTORED));
+        let runs: Vec<&RunView> = runs
+            .into_iter()
+            .filter(|r| !r.attachments.is_empty())
+            .collect();
+        if runs.is_empty() {
+            return (Vec::new(), Ok(String::new()));
+        }
+        let mut staged = Vec::new();
+        let mut note = String::new();
+        for staged_run in &runs {
+            let files: Vec<(String, Vec<u8>)> = self
+                .shared
+                .journal
+                .read_session(&self.session_id, staged_run.queued_seq)
+                .take(staged_run.attachments.len() + 3)
+                .filter_map(Result::ok)
+                .filter_map(|record| match record.event {
+                    Event::AttachmentAdded {
+                        run_id,
+                        name,
+                        content,
+                        ..
+                    } if run_id == staged_run.run_id => Some((name, content)),
+                    _ => None,
+                })
+                .collect();
+            match crate::uploads::stage(&agent.cwd, staged_run.run_id.as_str(), &files) {
+                Ok(dir) => {
+                    staged.push(staged_run.run_id.clone());
+                    let heading = if staged_run.run_id == run.run_id {
+                        "Attached files"
+                    } else {
+                        "Files attached earlier"
+                    };
+                    note.push_str(&format!("\n\n{heading} (in {}):", dir.display()));
+                    for attachment in &staged_run.attachments {
+                        note.push_str(&format!(
+                            "\n- {} ({}, {} bytes)",
+                            attachment.name, attachment.media_type, attachment.size
+                        ));
+                    }
+                }
+                Err(error) => {
+                    self.remove_staged_in(&agent.cwd, &staged);
+                    return (
+                        Vec::new(),
+                        Err(format!("attachments could not be staged: {error}")),
+                    );
+                }
+            }
+        }
+        (staged, Ok(note))
+    }
+
+    fn remove_staged(&self, staged: &[RunId]) {
+        let Some(agent) = self.shared.agents.get(&self.state.session.agent_id) else {
+            return;
+        };
+        if !agent.keep_uploads {
+            self.remove_staged_in(&agent.cwd, staged);
+        }
+    }
+
+    fn remove_staged_in(&self, cwd: &std::path::Path, staged: &[RunId]) {
+        for run_id in staged {
+            if let Err(error) = crate::uploads::remove(cwd, run_id.as_str()) {
+                tracing::warn!(%run_id, %error, "staged attachments not removed");
+            }
+        }
+    }
+
     /// Appends the events that end a run, then frees the session and ends its streams.
     fn end_run(
         &mut self,
@@ -452,8 +547,8 @@ impl SessionActor {
                     // The slot frees only once the run's end is journaled, so the journal
                     // never shows more runs executing than there are slots.
                     drop(slot);
-                    if actor.in_flight.as_ref().is_some_and(|f| f.run_id == run_id) {
-                        actor.in_flight = None;
+                    if let Some(in_flight) = actor.in_flight.take_if(|f| f.run_id == run_id) {
+                        actor.remove_staged(&in_flight.staged);
                     }
                     actor.last_active = Instant::now();
                     let live = actor.shared.remove_live(&run_id);
@@ -622,6 +717,16 @@ impl Handler<StartRunMsg> for SessionActor {
             events.push(Event::IdempotencyKeyBound {
                 key: key.clone(),
                 run_id: run_id.clone(),
+            });
+        }
+        // The bytes go into the journal with the run: any later turn or machine can stage them.
+        for attachment in &command.attachments {
+            events.push(Event::AttachmentAdded {
+                run_id: run_id.clone(),
+                name: attachment.name.clone(),
+                media_type: attachment.media_type.clone(),
+                sha256: crate::uploads::sha256_hex(&attachment.bytes),
+                content: attachment.bytes.clone(),
             });
         }
         // Queued before the append returns, so that a concurrent start sees the session busy.

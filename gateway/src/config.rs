@@ -277,6 +277,12 @@ impl Config {
                         delay_between_retries_s: agent.delay_between_retries_s,
                         exponential_backoff: agent.exponential_backoff,
                     },
+                    // Without a configured cwd an agent works inside the data directory.
+                    cwd: agent
+                        .cwd
+                        .clone()
+                        .unwrap_or_else(|| self.server.data_dir.join("workspace")),
+                    keep_uploads: agent.keep_uploads,
                 })
             })
             .collect()

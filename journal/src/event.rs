@@ -158,6 +158,19 @@ pub enum Event {
         /// Why, for the audit trail.
         reason: String,
     },
+    /// A file attached to a run, kept whole so any later turn or machine can stage it.
+    AttachmentAdded {
+        /// The run.
+        run_id: RunId,
+        /// File name (one plain path component).
+        name: String,
+        /// Media type.
+        media_type: String,
+        /// SHA-256 of the content, hex.
+        sha256: String,
+        /// The bytes.
+        content: Vec<u8>,
+    },
 }
 
 impl Event {
@@ -175,7 +188,8 @@ impl Event {
             | Event::RunCancelled { run_id, .. }
             | Event::AttemptFailed { run_id, .. }
             | Event::IdempotencyKeyBound { run_id, .. }
-            | Event::HarnessSessionForked { run_id, .. } => Some(run_id),
+            | Event::HarnessSessionForked { run_id, .. }
+            | Event::AttachmentAdded { run_id, .. } => Some(run_id),
             Event::TranscriptCompacted { run_id, .. } => run_id.as_ref(),
         }
     }
@@ -197,6 +211,7 @@ impl Event {
             Event::HarnessSessionForked { .. } => "HarnessSessionForked",
             Event::TranscriptCompacted { .. } => "TranscriptCompacted",
             Event::SessionDeleted { .. } => "SessionDeleted",
+            Event::AttachmentAdded { .. } => "AttachmentAdded",
         }
     }
 

@@ -38,6 +38,8 @@ pub const RUN_BROADCAST_EVENTS: usize = 1024;
 pub const HARNESS_EVENTS_BUFFERED: usize = 256;
 /// Request body size, in bytes, accepted by the gateway.
 pub const REQUEST_BODY_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// One attachment, in bytes (it is journaled whole, within one record).
+pub const ATTACHMENT_BYTES_MAX: usize = 3 * 1024 * 1024;
 /// Length of an `Idempotency-Key`, in bytes.
 pub const IDEMPOTENCY_KEY_BYTES_MAX: usize = 256;
 /// Message text of one run, in bytes.

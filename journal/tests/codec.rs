@@ -89,6 +89,13 @@ fn samples() -> Vec<Event> {
         Event::SessionDeleted {
             reason: "deleted through the API".into(),
         },
+        Event::AttachmentAdded {
+            run_id: RunId::parse("run-1").unwrap(),
+            name: "notes.txt".into(),
+            media_type: "text/plain".into(),
+            sha256: "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824".into(),
+            content: b"hello".to_vec(),
+        },
     ];
     for event in &samples {
         match event {
@@ -105,7 +112,8 @@ fn samples() -> Vec<Event> {
             | Event::IdempotencyKeyBound { .. }
             | Event::HarnessSessionForked { .. }
             | Event::TranscriptCompacted { .. }
-            | Event::SessionDeleted { .. } => {}
+            | Event::SessionDeleted { .. }
+            | Event::AttachmentAdded { .. } => {}
         }
     }
     samples

@@ -76,6 +76,19 @@ pub struct Checkpoint {
     pub created_at_us: i64,
 }
 
+/// A file attached to a run, as its input lists it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttachmentView {
+    /// File name.
+    pub name: String,
+    /// Media type.
+    pub media_type: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// SHA-256 of the content, hex.
+    pub sha256: String,
+}
+
 /// Where a continuation run starts: which run, which message, which transcript prefix.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct ForkPoint {
@@ -142,6 +155,8 @@ pub struct RunView {
     pub transcript_end: u32,
     /// Tool-batch checkpoints, in order.
     pub checkpoints: Vec<Checkpoint>,
+    /// Files attached to the run (their bytes stay in the journal).
+    pub attachments: Vec<AttachmentView>,
     /// Microseconds since the epoch.
     pub created_at_us: i64,
     /// Microseconds since the epoch.
@@ -343,6 +358,7 @@ impl SessionState {
                     transcript_start: 0,
                     transcript_end: 0,
                     checkpoints: Vec::new(),
+                    attachments: Vec::new(),
                     created_at_us: ts,
                     updated_at_us: ts,
                 });
@@ -482,6 +498,20 @@ impl SessionState {
                 run.status = RunStatus::Cancelled;
                 run.content = reason.clone();
                 run.transcript_end = current_lines;
+            }
+            Event::AttachmentAdded {
+                name,
+                media_type,
+                sha256,
+                content,
+                ..
+            } => {
+                run.attachments.push(AttachmentView {
+                    name: name.clone(),
+                    media_type: media_type.clone(),
+                    size: content.len() as u64,
+                    sha256: sha256.clone(),
+                });
             }
             Event::AttemptFailed {
                 attempt,

@@ -251,6 +251,8 @@ pub fn scripted_agent(retry: RetryPolicy) -> AgentSpec {
         description: String::new(),
         harness: std::sync::Arc::new(ScriptedHarness),
         retry,
+        cwd: std::env::temp_dir().join("turnstile-tests-workspace"),
+        keep_uploads: false,
     }
 }
 
@@ -273,5 +275,6 @@ pub fn start_command(session: &str, message: &str, multitask: Multitask) -> Star
         multitask,
         idempotency_key: None,
         fork: None,
+        attachments: Vec::new(),
     }
 }

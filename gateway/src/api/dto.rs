@@ -82,7 +82,11 @@ pub fn run_output(run: &RunView, agent_name: &str) -> Value {
         "metadata": metadata,
         "model": run.model,
         "model_provider": run.model_provider,
-        "input": {"input_content": run.input},
+        "input": if run.attachments.is_empty() {
+            json!({"input_content": run.input})
+        } else {
+            json!({"input_content": run.input, "files": run.attachments})
+        },
         "forked_from_run_id": run.fork.as_ref().map(|fork| fork.from_run_id.to_string()),
         "forked_from_message_index": run.fork.as_ref().map(|fork| fork.message_index),
         "created_at": seconds(run.created_at_us),

@@ -90,6 +90,7 @@ impl From<Refused> for ApiError {
                 message,
             },
             Refused::QueueFull { .. } => ApiError::TooManyRequests(message),
+            Refused::InvalidInput { .. } => ApiError::BadRequest(message),
             Refused::Compacting { .. } => ApiError::Conflict {
                 error_type: "session_busy",
                 message,

@@ -12,9 +12,13 @@ use axum::http::header::CONTENT_TYPE;
 
 use crate::api::error::ApiError;
 
-/// The fields of a request body.
+/// The fields of a request body, and the files of a multipart one.
 #[derive(Debug, Default)]
-pub struct Fields(HashMap<String, String>);
+pub struct Fields {
+    values: HashMap<String, String>,
+    /// Multipart file parts named `files`: (file name, media type, bytes).
+    pub uploads: Vec<(String, String, Vec<u8>)>,
+}
 
 /// Fields whose value is JSON (as text in a form, as JSON in a JSON body).
 const JSON_FIELDS: [&str; 7] = [
@@ -43,6 +47,7 @@ impl Fields {
                     ApiError::BadRequest(format!("malformed multipart body: {error}"))
                 })?;
             let mut fields = HashMap::new();
+            let mut uploads = Vec::new();
             while let Some(field) = multipart.next_field().await.map_err(|error| {
                 if error.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
                     ApiError::PayloadTooLarge
@@ -51,10 +56,25 @@ impl Fields {
                 }
             })? {
                 let name = field.name().unwrap_or_default().to_owned();
-                if field.file_name().is_some() {
-                    return Err(ApiError::BadRequest(format!(
-                        "file uploads ({name:?}) are not supported by this build yet"
-                    )));
+                if let Some(file_name) = field.file_name().map(str::to_owned) {
+                    if name != "files" {
+                        return Err(ApiError::BadRequest(format!(
+                            "file part {name:?}: upload files in parts named \"files\""
+                        )));
+                    }
+                    let media_type = field
+                        .content_type()
+                        .unwrap_or("application/octet-stream")
+                        .to_owned();
+                    let bytes = field.bytes().await.map_err(|error| {
+                        if error.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                            ApiError::PayloadTooLarge
+                        } else {
+                            ApiError::BadRequest(format!("file {file_name:?}: {error}"))
+                        }
+                    })?;
+                    uploads.push((file_name, media_type, bytes.to_vec()));
+                    continue;
                 }
                 let text = field
                     .text()
@@ -62,7 +82,10 @@ impl Fields {
                     .map_err(|error| ApiError::BadRequest(format!("field {name:?}: {error}")))?;
                 fields.insert(name, text);
             }
-            return Ok(Fields(fields));
+            return Ok(Fields {
+                values: fields,
+                uploads,
+            });
         }
         let body = Bytes::from_request(request, &()).await.map_err(|error| {
             if error.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
@@ -96,7 +119,10 @@ impl Fields {
                 };
                 fields.insert(name, text);
             }
-            return Ok(Fields(fields));
+            return Ok(Fields {
+                values: fields,
+                uploads: Vec::new(),
+            });
         }
         if content_type.is_empty() && body.is_empty() {
             return Ok(Fields::default());
@@ -104,7 +130,10 @@ impl Fields {
         if content_type.is_empty() || content_type.starts_with("application/x-www-form-urlencoded")
         {
             let pairs: Vec<(String, String)> = serde_urlencoded_pairs(&body)?;
-            return Ok(Fields(pairs.into_iter().collect()));
+            return Ok(Fields {
+                values: pairs.into_iter().collect(),
+                uploads: Vec::new(),
+            });
         }
         Err(ApiError::BadRequest(format!(
             "unsupported content type {content_type:?}: send form fields or a JSON object"
@@ -113,7 +142,7 @@ impl Fields {
 
     /// A field's text, if present and not empty.
     pub fn text(&self, name: &str) -> Option<&str> {
-        self.0
+        self.values
             .get(name)
             .map(String::as_str)
             .filter(|text| !text.is_empty())

@@ -4,6 +4,7 @@
 //! Handlers hold no state of their own beyond the [`AppState`]; everything they answer
 //! comes from the runtime, which reads it from the journal.
 
+pub mod attachments;
 pub mod dto;
 pub mod error;
 pub mod form;
@@ -211,14 +212,6 @@ async fn get_agent(
     Ok(Json(dto::agent(find_agent(&state.runtime, &agent_id)?)))
 }
 
-/// Fields this build does not take yet; refused before anything is recorded rather
-/// than silently dropped.
-const NOT_YET: [(&str, &str); 3] = [
-    ("images", "image attachments"),
-    ("input_files", "file attachments"),
-    ("files", "file uploads"),
-];
-
 async fn create_run(
     State(state): State<AppState>,
     Path(agent_id): Path<String>,
@@ -254,13 +247,7 @@ async fn create_run(
             )));
         }
     }
-    for (field, what) in NOT_YET {
-        if fields.json(field)?.is_some() {
-            return Err(ApiError::BadRequest(format!(
-                "{what} ({field:?}) are not supported by this build yet"
-            )));
-        }
-    }
+    let attachments = attachments::parse(&fields)?;
     let output_schema = output_schema(&fields)?;
     let multitask = match fields.text("multitask_strategy") {
         None | Some("reject") if !background => Multitask::Reject,
@@ -300,6 +287,7 @@ async fn create_run(
         multitask,
         idempotency_key,
         fork: None,
+        attachments,
     };
     let agent_name = agent.name.clone();
     let handle = match state.runtime.start_run(command).await? {

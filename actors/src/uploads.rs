@@ -1,0 +1,183 @@
+//! Staging attachments where a harness can read them: `<cwd>/.turnstile/uploads/<run_id>/`.
+//!
+//! The rules follow agno's `_media.py`: the run id and every file name must be one
+//! plain path component; every directory on the way is refused if it is a symlink;
+//! files are created exclusively (never overwriting, never following a leaf symlink);
+//! a staging that fails part way removes what it created and keeps what was there.
+//! The bytes themselves live in the journal, so a later turn, a continuation, or
+//! another machine can stage them again.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Why a staging was refused or failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StageError {
+    /// A run id or file name that is not one plain path component.
+    #[error("{0:?} is not a plain file name")]
+    BadName(String),
+    /// A directory on the way, or the target, is a symlink.
+    #[error("{0} is a symlink; uploads never pass through one")]
+    Symlink(String),
+    /// The target exists already.
+    #[error("{0} exists already")]
+    Exists(String),
+    /// The file system refused.
+    #[error("cannot stage {path}: {reason}")]
+    Io {
+        /// Where.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Checks that `name` is one plain path component.
+pub fn check_name(name: &str) -> Result<(), StageError> {
+    let plain = !name.is_empty()
+        && name.len() <= 255
+        && name != "."
+        && name != ".."
+        && !name
+            .chars()
+            .any(|c| matches!(c, '/' | '\\' | '\0' | ':') || c.is_control());
+    if plain {
+        Ok(())
+    } else {
+        Err(StageError::BadName(name.to_owned()))
+    }
+}
+
+fn io(path: &Path, error: std::io::Error) -> StageError {
+    StageError::Io {
+        path: path.display().to_string(),
+        reason: error.to_string(),
+    }
+}
+
+/// The uploads folder of a run, without touching the disk.
+pub fn run_dir(cwd: &Path, run_id: &str) -> PathBuf {
+    cwd.join(".turnstile").join("uploads").join(run_id)
+}
+
+/// What a staging created, to undo it.
+#[derive(Debug, Default)]
+struct Created {
+    dirs: Vec<PathBuf>,
+    files: Vec<PathBuf>,
+}
+
+impl Created {
+    fn undo(&self) {
+        for file in self.files.iter().rev() {
+            let _ = fs::remove_file(file);
+        }
+        for dir in self.dirs.iter().rev() {
+            let _ = fs::remove_dir(dir);
+        }
+    }
+}
+
+/// Makes (or walks) `<cwd>/.turnstile/uploads/<run_id>`, refusing symlinks on the way.
+fn ensure_dirs(cwd: &Path, run_id: &str, created: &mut Created) -> Result<PathBuf, StageError> {
+    fs::create_dir_all(cwd).map_err(|e| io(cwd, e))?;
+    let mut dir = cwd.canonicalize().map_err(|e| io(cwd, e))?;
+    for part in [".turnstile", "uploads", run_id] {
+        dir.push(part);
+        match fs::symlink_metadata(&dir) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                return Err(StageError::Symlink(dir.display().to_string()));
+            }
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => return Err(StageError::Exists(dir.display().to_string())),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                fs::create_dir(&dir).map_err(|e| io(&dir, e))?;
+                created.dirs.push(dir.clone());
+            }
+            Err(error) => return Err(io(&dir, error)),
+        }
+    }
+    Ok(dir)
+}
+
+/// Stages `files` (name, bytes) for `run_id`; returns the folder. A file that is
+/// there already with the same bytes is left as it is (a restore); any failure
+/// removes what this call created.
+pub fn stage(cwd: &Path, run_id: &str, files: &[(String, Vec<u8>)]) -> Result<PathBuf, StageError> {
+    check_name(run_id)?;
+    for (name, _) in files {
+        check_name(name)?;
+    }
+    let mut created = Created::default();
+    let result = (|| {
+        let dir = ensure_dirs(cwd, run_id, &mut created)?;
+        for (name, bytes) in files {
+            let target = dir.join(name);
+            if let Ok(meta) = fs::symlink_metadata(&target) {
+                if meta.file_type().is_symlink() {
+                    return Err(StageError::Symlink(target.display().to_string()));
+                }
+                if fs::read(&target).ok().as_deref() == Some(bytes.as_slice()) {
+                    continue;
+                }
+                return Err(StageError::Exists(target.display().to_string()));
+            }
+            // `create_new` never follows a symlink put there meanwhile and never overwrites.
+            let mut file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&target)
+                .map_err(|e| io(&target, e))?;
+            created.files.push(target.clone());
+            file.write_all(bytes)
+                .and_then(|()| file.sync_all())
+                .map_err(|e| io(&target, e))?;
+        }
+        Ok(dir)
+    })();
+    if result.is_err() {
+        created.undo();
+    }
+    result
+}
+
+/// Removes a run's uploads folder (never through a symlink).
+pub fn remove(cwd: &Path, run_id: &str) -> Result<(), StageError> {
+    check_name(run_id)?;
+    let Ok(root) = cwd.canonicalize() else {
+        return Ok(());
+    };
+    let mut dir = root;
+    for part in [".turnstile", "uploads", run_id] {
+        dir.push(part);
+        match fs::symlink_metadata(&dir) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                return Err(StageError::Symlink(dir.display().to_string()));
+            }
+            Ok(_) => {}
+            Err(_) => return Ok(()),
+        }
+    }
+    fs::remove_dir_all(&dir).map_err(|e| io(&dir, e))
+}
+
+/// A file attached to a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attachment {
+    /// File name (one plain path component).
+    pub name: String,
+    /// Media type.
+    pub media_type: String,
+    /// The bytes.
+    pub bytes: Vec<u8>,
+}
+
+/// SHA-256 of `bytes`, lower-case hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
