@@ -102,6 +102,10 @@ async fn a_session_shows_its_runs_and_summed_metrics() {
         runs.iter()
             .all(|r| r["status"] == "COMPLETED" && r["run_id"].is_string())
     );
+    assert!(
+        runs.iter().all(|r| r["metadata"]["sdk"] == "scripted"),
+        "{runs:?}"
+    );
     assert_eq!(get(&server, "/sessions/nope").await.0, 404);
     assert_eq!(get(&server, "/sessions/nope/runs").await.0, 404);
 }

@@ -59,6 +59,7 @@ async fn run_json(
     agent_name: &str,
 ) -> Result<serde_json::Value, ApiError> {
     let mut output = dto::run_output(run, agent_name);
+    output["metadata"]["sdk"] = json!(sdk_of(&state.runtime, &run.agent_id));
     let Some(skip) = state.stored_events.get(&run.agent_id) else {
         return Ok(output);
     };
