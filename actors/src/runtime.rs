@@ -20,7 +20,9 @@ use turnstile_projections::{ForkPoint, RunStatus, RunView, SessionState};
 
 use crate::registry::{CountSessions, GetSession, Registry, WakeSession};
 use crate::run::RetryPolicy;
-use crate::session::{CancelRunMsg, CompactMsg, DeleteSessionMsg, Shared, StartRunMsg};
+use crate::session::{
+    CancelRunMsg, CompactMsg, DeleteSessionMsg, SessionActor, Shared, StartRunMsg,
+};
 use crate::stream::RunEvents;
 use crate::uploads::Attachment;
 
@@ -523,11 +525,26 @@ impl Runtime {
         let Some(session_id) = self.journal().session_of_run(run_id)? else {
             return Ok(false);
         };
+        self.ask_session(session_id, CancelRunMsg(run_id.clone()))
+            .await
+    }
+
+    /// Sends `message` to the session's actor from a detached task, so that a caller
+    /// who gives up (a dropped HTTP request) never cancels it half-way.
+    async fn ask_session<M>(
+        &self,
+        session_id: SessionId,
+        message: M,
+    ) -> Result<M::Result, RuntimeError>
+    where
+        M: Message + Send + 'static,
+        M::Result: Send,
+        SessionActor: Handler<M>,
+    {
         let inner = self.inner.clone();
-        let run_id = run_id.clone();
         tokio::spawn(async move {
             let session = inner.registry.send(GetSession(session_id)).await?;
-            Ok(session.send(CancelRunMsg(run_id)).await?)
+            Ok(session.send(message).await?)
         })
         .await
         .map_err(|error| RuntimeError::Internal(error.to_string()))?
@@ -640,14 +657,7 @@ impl Runtime {
                 agent_id: state.session.agent_id,
             }));
         }
-        let inner = self.inner.clone();
-        let session_id = session_id.clone();
-        tokio::spawn(async move {
-            let session = inner.registry.send(GetSession(session_id)).await?;
-            session.send(CompactMsg).await?
-        })
-        .await
-        .map_err(|error| RuntimeError::Internal(error.to_string()))?
+        self.ask_session(session_id.clone(), CompactMsg).await?
     }
 
     /// Deletes a session: a tombstone event; afterwards the session and its runs read
@@ -660,14 +670,8 @@ impl Runtime {
         if self.session_state(session_id)?.is_none() {
             return Ok(Ok(false));
         }
-        let inner = self.inner.clone();
-        let session_id = session_id.clone();
-        tokio::spawn(async move {
-            let session = inner.registry.send(GetSession(session_id)).await?;
-            session.send(DeleteSessionMsg).await?
-        })
-        .await
-        .map_err(|error| RuntimeError::Internal(error.to_string()))?
+        self.ask_session(session_id.clone(), DeleteSessionMsg)
+            .await?
     }
 
     /// Every existing session, from the journal's session index (no stream is read).

@@ -115,6 +115,31 @@ struct Request {
     reply: oneshot::Sender<AppendResult>,
 }
 
+impl Request {
+    /// Encodes the events (in the appender's thread: the committer only adds headers)
+    /// and pairs the request with the receiver of its answer.
+    fn new(
+        session_id: &SessionId,
+        expected: Expected,
+        events: Vec<Event>,
+    ) -> Result<(Request, oneshot::Receiver<AppendResult>), Error> {
+        let events = events
+            .into_iter()
+            .map(|event| codec::encode_event(event).map_err(Error::Encode))
+            .collect::<Result<_, _>>()?;
+        let (reply, answer) = oneshot::channel();
+        Ok((
+            Request {
+                session_id: session_id.clone(),
+                expected,
+                events,
+                reply,
+            },
+            answer,
+        ))
+    }
+}
+
 /// Upper bounds of the sync-latency histogram buckets, in microseconds.
 pub const SYNC_BUCKETS_US: [u64; 8] = [100, 250, 500, 1_000, 2_500, 5_000, 10_000, 50_000];
 
@@ -313,13 +338,6 @@ fn stored_id<T: std::str::FromStr>(bytes: &[u8]) -> Result<T, Error> {
         .map_err(|_| Error::Store(format!("malformed id {text:?} in an index")))
 }
 
-fn encode_all(events: Vec<Event>) -> Result<Vec<codec::EncodedEvent>, Error> {
-    events
-        .into_iter()
-        .map(|event| codec::encode_event(event).map_err(Error::Encode))
-        .collect()
-}
-
 fn now_us() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -441,14 +459,7 @@ impl Journal {
         expected: Expected,
         events: Vec<Event>,
     ) -> AppendResult {
-        let events = encode_all(events)?;
-        let (reply, answer) = oneshot::channel();
-        let request = Request {
-            session_id: session_id.clone(),
-            expected,
-            events,
-            reply,
-        };
+        let (request, answer) = Request::new(session_id, expected, events)?;
         self.sender()?
             .send(request)
             .await
@@ -463,14 +474,7 @@ impl Journal {
         expected: Expected,
         events: Vec<Event>,
     ) -> AppendResult {
-        let events = encode_all(events)?;
-        let (reply, answer) = oneshot::channel();
-        let request = Request {
-            session_id: session_id.clone(),
-            expected,
-            events,
-            reply,
-        };
+        let (request, answer) = Request::new(session_id, expected, events)?;
         self.sender()?
             .blocking_send(request)
             .map_err(|_| Error::Stopped)?;
