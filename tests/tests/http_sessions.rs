@@ -68,6 +68,9 @@ async fn sessions_list_filter_page_and_sort() {
     let (_, page) = get(&server, "/sessions?limit=2&page=2").await;
     assert_eq!(page["meta"]["total_pages"], 2);
     assert_eq!(page["data"].as_array().unwrap().len(), 1);
+    let (_, named) = get(&server, "/sessions?session_name=FROM%20S-B").await;
+    assert_eq!(named["meta"]["total_count"], 1);
+    assert_eq!(named["data"][0]["session_id"], "s-b");
     let (_, other_agent) = get(&server, "/sessions?component_id=nobody").await;
     assert_eq!(other_agent["meta"]["total_count"], 0);
     for bad in [

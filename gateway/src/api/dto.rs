@@ -145,7 +145,7 @@ pub fn checkpoints(run: &RunView) -> Value {
 }
 
 /// agno's session name: the first line of the session's first message, shortened.
-fn session_name(session: &SessionState) -> String {
+pub fn session_name(session: &SessionState) -> String {
     session
         .runs
         .first()

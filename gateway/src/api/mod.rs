@@ -607,6 +607,7 @@ struct SessionsQuery {
     session_type: Option<String>,
     component_id: Option<String>,
     user_id: Option<String>,
+    session_name: Option<String>,
     limit: Option<String>,
     page: Option<String>,
     sort_by: Option<String>,
@@ -710,6 +711,22 @@ async fn list_sessions(
         .sort_by(|a, b| (a.created_at_us, &a.session_id).cmp(&(b.created_at_us, &b.session_id)));
     if descending {
         sessions.reverse();
+    }
+    // A name filter needs each session's first message: only then are streams read.
+    if let Some(wanted) = query.session_name.as_deref().map(str::to_lowercase) {
+        let mut named = Vec::new();
+        for entry in sessions {
+            let matches = state
+                .runtime
+                .session_state(&entry.session_id)?
+                .is_some_and(|session| {
+                    dto::session_name(&session).to_lowercase().contains(&wanted)
+                });
+            if matches {
+                named.push(entry);
+            }
+        }
+        sessions = named;
     }
     let total_count = sessions.len();
     let mut data = Vec::new();
