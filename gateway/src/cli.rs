@@ -10,7 +10,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use turnstile_journal::{Journal, JournalOptions};
+use std::io::Write;
+
+use turnstile_journal::portable::{self, ExportedRecord};
+use turnstile_journal::{Journal, JournalOptions, JournalPos, Recorded, RunId, Seq, SessionId};
 
 use crate::config::Config;
 
@@ -53,6 +56,45 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum JournalCommand {
+    /// A readable, time-ordered account of a session, with journal positions.
+    Timeline {
+        /// The session.
+        #[arg(long)]
+        session: String,
+        /// Only this run.
+        #[arg(long)]
+        run: Option<String>,
+        /// Configuration file, for its data directory.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Data directory (overrides the configuration).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Every event as one JSON object a line, in journal order, with hash links.
+    Export {
+        /// Only this session (such an export can be read and checked, not imported).
+        #[arg(long)]
+        session: Option<String>,
+        /// Write here instead of standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Configuration file, for its data directory.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Data directory (overrides the configuration).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Build a journal in a new data directory from an export, checking every hash link.
+    Import {
+        /// The export.
+        #[arg(long = "in")]
+        input: PathBuf,
+        /// The new data directory.
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
     /// Check every record: checksum, format version, sequence contiguity, hash chain.
     Verify {
         /// Configuration file, for its data directory.
@@ -85,6 +127,27 @@ pub fn main() -> ExitCode {
             command: JournalCommand::Verify { config, data_dir },
         } => verify(config, data_dir),
         Command::BenchBaseline { addr } => bench_baseline(&addr),
+        Command::Journal {
+            command:
+                JournalCommand::Timeline {
+                    session,
+                    run,
+                    config,
+                    data_dir,
+                },
+        } => timeline(&session, run.as_deref(), config, data_dir),
+        Command::Journal {
+            command:
+                JournalCommand::Export {
+                    session,
+                    out,
+                    config,
+                    data_dir,
+                },
+        } => export(session.as_deref(), out, config, data_dir),
+        Command::Journal {
+            command: JournalCommand::Import { input, data_dir },
+        } => import(&input, &data_dir),
     };
     match result {
         Ok(code) => code,
@@ -131,13 +194,114 @@ fn progress_bar(message: &'static str) -> ProgressBar {
     bar
 }
 
-fn verify(config: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+/// Opens the configured journal for a command; says so when there is none, and
+/// refuses (through the journal's lock) while a server holds it.
+fn open_journal(config: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result<Journal> {
     let config = load_config(config, data_dir)?;
     let dir = &config.server.data_dir;
     if !dir.join("db").exists() {
         anyhow::bail!("{} holds no journal", dir.display());
     }
-    let journal = Journal::open(dir, JournalOptions::default())?;
+    Ok(Journal::open(dir, JournalOptions::default())?)
+}
+
+fn timeline(
+    session: &str,
+    run: Option<&str>,
+    config: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let session =
+        SessionId::parse(session).map_err(|error| anyhow::anyhow!("--session: {error}"))?;
+    let run = run
+        .map(|run| RunId::parse(run).map_err(|error| anyhow::anyhow!("--run: {error}")))
+        .transpose()?;
+    let journal = open_journal(config, data_dir)?;
+    let records: Vec<_> = journal
+        .read_session(&session, Seq(0))
+        .collect::<Result<_, _>>()?;
+    if records.is_empty() {
+        anyhow::bail!("session {session} has no events in this journal");
+    }
+    let mut out = std::io::stdout().lock();
+    for line in crate::timeline::render(records.into_iter(), run.as_ref()) {
+        writeln!(out, "{line}")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn export(
+    session: Option<&str>,
+    out: Option<PathBuf>,
+    config: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let session = session
+        .map(|s| SessionId::parse(s).map_err(|error| anyhow::anyhow!("--session: {error}")))
+        .transpose()?;
+    let journal = open_journal(config, data_dir)?;
+    let records: Box<dyn Iterator<Item = Result<Recorded, turnstile_journal::Error>>> =
+        match &session {
+            Some(session) => Box::new(journal.read_session(session, Seq(0))),
+            None => Box::new(journal.read_from(JournalPos(0))),
+        };
+    // The bar goes to the terminal only when the export goes to a file.
+    let bar = if out.is_some() {
+        progress_bar("exporting")
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut writer: Box<dyn Write> = match &out {
+        Some(path) => Box::new(std::io::BufWriter::new(std::fs::File::create(path)?)),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let mut count = 0u64;
+    for record in records {
+        writeln!(
+            writer,
+            "{}",
+            ExportedRecord::from_recorded(&record?).to_line()
+        )?;
+        count += 1;
+        if count % 4096 == 0 {
+            bar.set_position(count);
+        }
+    }
+    writer.flush()?;
+    bar.finish_and_clear();
+    if let Some(path) = out {
+        println!("exported {count} events to {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn import(input: &std::path::Path, data_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let file = std::fs::File::open(input)
+        .map_err(|error| anyhow::anyhow!("cannot read {}: {error}", input.display()))?;
+    let bar = progress_bar("importing");
+    let outcome = portable::import(data_dir, std::io::BufReader::new(file), |records| {
+        bar.set_position(records)
+    })?;
+    bar.finish_and_clear();
+    match outcome {
+        Ok(report) => {
+            println!(
+                "imported {} events in {} streams into {}",
+                report.records,
+                report.streams,
+                data_dir.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(refusal) => {
+            println!("import REFUSED at {refusal}; nothing was written");
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+fn verify(config: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let journal = open_journal(config, data_dir)?;
     let bar = progress_bar("verifying");
     let outcome = journal.verify(|checked| bar.set_position(checked))?;
     bar.finish_and_clear();

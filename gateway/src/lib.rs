@@ -8,3 +8,4 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod serve;
+pub mod timeline;

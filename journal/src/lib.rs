@@ -14,6 +14,7 @@ pub mod codec;
 pub mod event;
 pub mod ids;
 pub mod limits;
+pub mod portable;
 mod store;
 mod subscription;
 pub mod verify;

@@ -302,7 +302,7 @@ pub(crate) fn be_u64(bytes: &[u8]) -> Option<u64> {
 /// Opens sled, waiting briefly while the lock is held: sled releases its file lock
 /// only when its background threads let go of the file, shortly after the last handle
 /// of an earlier open in this process is dropped.
-fn open_sled(dir: &Path, options: &JournalOptions) -> Result<sled::Db, Error> {
+pub(crate) fn open_sled(dir: &Path, options: &JournalOptions) -> Result<sled::Db, Error> {
     let deadline =
         std::time::Instant::now() + std::time::Duration::from_millis(limits::LOCK_WAIT_MS);
     loop {
@@ -328,6 +328,35 @@ fn open_sled(dir: &Path, options: &JournalOptions) -> Result<sled::Db, Error> {
             }
             Err(other) => return Err(other.into()),
         }
+    }
+}
+
+/// Secondary indexes of one event, in the same atomic batch as its record.
+pub(crate) fn index_event(
+    batch: &mut sled::Batch,
+    session_id: &SessionId,
+    event: &Event,
+    ts_us: i64,
+) {
+    match event {
+        Event::RunQueued { run_id, .. } => {
+            batch.insert(run_key(run_id), session_id.as_str().as_bytes());
+            batch.insert(open_key(run_id), session_id.as_str().as_bytes());
+        }
+        Event::RunCompleted { run_id, .. }
+        | Event::RunFailed { run_id, .. }
+        | Event::RunCancelled { run_id, .. } => batch.remove(open_key(run_id)),
+        Event::SessionCreated { agent_id, user_id } => {
+            batch.insert(
+                session_key(session_id),
+                session_value(agent_id, user_id.as_deref(), ts_us),
+            );
+        }
+        Event::SessionDeleted { .. } => batch.remove(session_key(session_id)),
+        Event::IdempotencyKeyBound { key, run_id } => {
+            batch.insert(idempotency_key(key), run_id.as_str().as_bytes());
+        }
+        _ => {}
     }
 }
 
@@ -975,27 +1004,7 @@ impl Committer {
         let mut records = Vec::with_capacity(encoded.len());
         for ((pos, before, bytes, hash), event) in encoded.into_iter().zip(events) {
             batch.insert(record_key(session_id, before.next_seq), bytes.as_slice());
-            // Secondary indexes, in the same atomic batch as the record.
-            match &event.event {
-                Event::RunQueued { run_id, .. } => {
-                    batch.insert(run_key(run_id), session_id.as_str().as_bytes());
-                    batch.insert(open_key(run_id), session_id.as_str().as_bytes());
-                }
-                Event::RunCompleted { run_id, .. }
-                | Event::RunFailed { run_id, .. }
-                | Event::RunCancelled { run_id, .. } => batch.remove(open_key(run_id)),
-                Event::SessionCreated { agent_id, user_id } => {
-                    batch.insert(
-                        session_key(session_id),
-                        session_value(agent_id, user_id.as_deref(), ts_us),
-                    );
-                }
-                Event::SessionDeleted { .. } => batch.remove(session_key(session_id)),
-                Event::IdempotencyKeyBound { key, run_id } => {
-                    batch.insert(idempotency_key(key), run_id.as_str().as_bytes());
-                }
-                _ => {}
-            }
+            index_event(batch, session_id, &event.event, ts_us);
             records.push(Arc::new(Recorded {
                 pos,
                 session_id: session_id.clone(),

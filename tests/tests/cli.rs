@@ -103,6 +103,9 @@ fn every_subcommand_has_help() {
         vec!["serve", "--help"],
         vec!["journal", "--help"],
         vec!["journal", "verify", "--help"],
+        vec!["journal", "timeline", "--help"],
+        vec!["journal", "export", "--help"],
+        vec!["journal", "import", "--help"],
     ] {
         let output = turnstile(&args);
         assert_eq!(output.status.code(), Some(0), "{args:?}");

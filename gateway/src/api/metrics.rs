@@ -19,7 +19,7 @@ use crate::api::AppState;
 use crate::api::error::ApiError;
 
 /// The civil date (UTC) of a Unix time in seconds, as `YYYY-MM-DD` (Hinnant's algorithm).
-fn date_of(seconds: i64) -> String {
+pub fn date_of(seconds: i64) -> String {
     let days = seconds.div_euclid(86_400);
     let z = days + 719_468;
     let era = z.div_euclid(146_097);

@@ -1,0 +1,225 @@
+//! `turnstile journal timeline`: a readable, time-ordered account of a session from
+//! its journal stream alone: runs, attempts, tool calls, retries, cancellations,
+//! forks, compactions, attachments and warnings, each line with its journal position.
+//!
+//! Transcript lines and text deltas are counted, not printed: the audit trail is the
+//! events, the full text is one `journal export` away.
+
+use serde_json::Value;
+use turnstile_journal::{Event, Recorded, RunId};
+
+fn clip(text: &str, max: usize) -> String {
+    let one_line = text.replace('\n', "⏎");
+    if one_line.chars().count() <= max {
+        one_line
+    } else {
+        format!("{}…", one_line.chars().take(max).collect::<String>())
+    }
+}
+
+/// `YYYY-MM-DD hh:mm:ss.mmm` (UTC) of a time in microseconds.
+fn time(us: i64) -> String {
+    let seconds = us.div_euclid(1_000_000);
+    let of_day = seconds.rem_euclid(86_400);
+    format!(
+        "{} {:02}:{:02}:{:02}.{:03}",
+        crate::api::metrics::date_of(seconds),
+        of_day / 3600,
+        of_day / 60 % 60,
+        of_day % 60,
+        us.rem_euclid(1_000_000) / 1000
+    )
+}
+
+fn short(run_id: &RunId) -> String {
+    let text = run_id.as_str();
+    text.get(text.len().saturating_sub(8)..)
+        .unwrap_or(text)
+        .to_owned()
+}
+
+/// What one record says, or `None` for records the timeline only counts.
+fn describe(event: &Event) -> Option<String> {
+    Some(match event {
+        Event::SessionCreated { agent_id, user_id } => {
+            format!(
+                "session created for agent {agent_id}{}",
+                user_id
+                    .as_ref()
+                    .map(|u| format!(", user {u}"))
+                    .unwrap_or_default()
+            )
+        }
+        Event::SessionDeleted { reason } => format!("session deleted ({reason})"),
+        Event::RunQueued { run_id, input, .. } => {
+            format!("run …{} queued: \"{}\"", short(run_id), clip(input, 60))
+        }
+        Event::RunStarted {
+            run_id,
+            model,
+            model_provider,
+        } => format!(
+            "run …{} started on {model} ({model_provider})",
+            short(run_id)
+        ),
+        Event::AttemptStarted {
+            run_id,
+            attempt,
+            harness_session_id,
+        } => {
+            format!(
+                "run …{} attempt {attempt} on harness session {harness_session_id}",
+                short(run_id)
+            )
+        }
+        Event::AttemptFailed {
+            run_id,
+            attempt,
+            error_type,
+            message,
+            retryable,
+        } => format!(
+            "run …{} attempt {attempt} failed ({error_type}, {}): {}",
+            short(run_id),
+            if *retryable { "retryable" } else { "permanent" },
+            clip(message, 80)
+        ),
+        Event::RunCompleted {
+            run_id,
+            content,
+            metrics,
+            ..
+        } => {
+            let metrics: Value = serde_json::from_str(metrics).unwrap_or_default();
+            format!(
+                "run …{} completed: \"{}\" ({} tokens in, {} out)",
+                short(run_id),
+                clip(content, 60),
+                metrics["input_tokens"],
+                metrics["output_tokens"]
+            )
+        }
+        Event::RunFailed {
+            run_id,
+            error_type,
+            message,
+            ..
+        } => format!(
+            "run …{} failed ({error_type}): {}",
+            short(run_id),
+            clip(message, 80)
+        ),
+        Event::RunCancelled { run_id, reason } => {
+            format!("run …{} cancelled: {reason}", short(run_id))
+        }
+        Event::HarnessSessionForked {
+            run_id,
+            from_run_id,
+            message_index,
+            from_harness_session_id,
+            harness_session_id,
+            transcript_lines,
+        } => format!(
+            "run …{} forks run …{} at message {message_index}: harness session {from_harness_session_id} → {harness_session_id}, {transcript_lines} transcript lines kept",
+            short(run_id),
+            short(from_run_id)
+        ),
+        Event::TranscriptCompacted {
+            harness_session_id,
+            summary,
+            replaced_messages,
+            ..
+        } => {
+            format!(
+                "harness session {harness_session_id} compacted: \"{}\" replaces {replaced_messages} messages",
+                clip(summary, 60)
+            )
+        }
+        Event::IdempotencyKeyBound { run_id, .. } => {
+            format!("run …{} bound to an idempotency key", short(run_id))
+        }
+        Event::AttachmentAdded {
+            run_id,
+            name,
+            media_type,
+            sha256,
+            content,
+        } => format!(
+            "run …{} attached {name} ({media_type}, {} bytes, sha256 {}…)",
+            short(run_id),
+            content.len(),
+            sha256.get(..12).unwrap_or(sha256)
+        ),
+        Event::RunEventEmitted {
+            run_id,
+            event_type,
+            data,
+            ..
+        } => {
+            let data: Value = serde_json::from_str(data).unwrap_or_default();
+            match event_type.as_str() {
+                "ToolCallCompleted" => {
+                    let tool = &data["tool"];
+                    format!(
+                        "run …{} tool {}({}) → {}{}",
+                        short(run_id),
+                        tool["tool_name"].as_str().unwrap_or("?"),
+                        clip(&tool["tool_args"].to_string(), 50),
+                        clip(tool["result"].as_str().unwrap_or(""), 50),
+                        if tool["tool_call_error"] == true {
+                            " [error]"
+                        } else {
+                            ""
+                        }
+                    )
+                }
+                "CustomEvent" if !data["warning"].is_null() => {
+                    let warning = &data["warning"];
+                    match warning["type"].as_str() {
+                        Some("retry") => format!(
+                            "run …{} retry after attempt {} of {}, in {}s: {}",
+                            short(run_id),
+                            warning["attempt"],
+                            warning["attempts"],
+                            warning["delay"],
+                            clip(warning["message"].as_str().unwrap_or(""), 60)
+                        ),
+                        _ => format!(
+                            "run …{} warning {}: {}",
+                            short(run_id),
+                            warning["type"],
+                            clip(warning["message"].as_str().unwrap_or(""), 80)
+                        ),
+                    }
+                }
+                _ => return None,
+            }
+        }
+        Event::TranscriptLineAppended { .. } => return None,
+    })
+}
+
+/// The timeline of a session's records, optionally of one run.
+pub fn render(records: impl Iterator<Item = Recorded>, run: Option<&RunId>) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut quiet = 0u64;
+    for record in records {
+        if let Some(run) = run {
+            if record.event.run_id() != Some(run) {
+                continue;
+            }
+        }
+        match describe(&record.event) {
+            Some(text) => lines.push(format!(
+                "{:>8}  {}  {text}",
+                record.pos.0,
+                time(record.ts_us)
+            )),
+            None => quiet += 1,
+        }
+    }
+    lines.push(format!(
+        "({quiet} transcript lines and streamed text deltas not shown)"
+    ));
+    lines
+}

@@ -1,0 +1,281 @@
+//! The journal as JSON lines: one record a line, in journal order, hash links included,
+//! so an export can be read and checked without sled, and a journal rebuilt from it.
+//!
+//! `import` refuses an export that was edited, naming the first line whose record does
+//! not hash to its recorded hash or does not link to the line before it. Importing an
+//! export and exporting again gives the same bytes. It writes only into a new directory.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufRead;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::codec::{self, Hash, ManifestEntry};
+use crate::event::Event;
+use crate::ids::{JournalPos, Seq, SessionId};
+use crate::store::{self, Recorded};
+use crate::{Error, JournalOptions};
+
+/// Records written per sled batch while importing.
+const IMPORT_BATCH_RECORDS: usize = 1024;
+
+/// One exported record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExportedRecord {
+    /// Global position.
+    pub pos: u64,
+    /// Session.
+    pub session_id: SessionId,
+    /// Position in the session's stream.
+    pub seq: u64,
+    /// Commit time, microseconds since the epoch.
+    pub ts_us: i64,
+    /// Hash of the session's previous record, hex.
+    pub prev_hash: String,
+    /// Hash of this record's bytes, hex.
+    pub hash: String,
+    /// The event.
+    pub event: Event,
+}
+
+fn hex(hash: &Hash) -> String {
+    hash.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Hash> {
+    if text.len() != 64 {
+        return None;
+    }
+    let mut hash = [0u8; 32];
+    for (i, byte) in hash.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(hash)
+}
+
+impl ExportedRecord {
+    /// The export form of a record.
+    pub fn from_recorded(record: &Recorded) -> Self {
+        ExportedRecord {
+            pos: record.pos.0,
+            session_id: record.session_id.clone(),
+            seq: record.seq.0,
+            ts_us: record.ts_us,
+            prev_hash: hex(&record.prev_hash),
+            hash: hex(&record.hash),
+            event: record.event.clone(),
+        }
+    }
+
+    /// One line of JSON (no newline).
+    pub fn to_line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// What an import built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportReport {
+    /// Records imported.
+    pub records: u64,
+    /// Session streams.
+    pub streams: u64,
+}
+
+/// The first line an import refused, 1-based, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {reason}")]
+pub struct ImportRefusal {
+    /// The line.
+    pub line: u64,
+    /// Why.
+    pub reason: String,
+}
+
+struct Pending {
+    batch: sled::Batch,
+    manifest: Vec<ManifestEntry>,
+    first_pos: u64,
+    records: usize,
+}
+
+impl Pending {
+    fn new(first_pos: u64) -> Pending {
+        Pending {
+            batch: sled::Batch::default(),
+            manifest: Vec::new(),
+            first_pos,
+            records: 0,
+        }
+    }
+}
+
+fn write(tree: &sled::Tree, pending: Pending) -> Result<(), Error> {
+    if pending.records == 0 {
+        return Ok(());
+    }
+    let mut batch = pending.batch;
+    batch.insert(
+        &store::log_key(JournalPos(pending.first_pos)),
+        codec::encode_manifest(&pending.manifest),
+    );
+    tree.apply_batch(batch)?;
+    Ok(())
+}
+
+/// Builds a journal in `dir` (which must hold none) from an export, checking every
+/// hash link; on a refusal nothing is left in `dir`.
+pub fn import(
+    dir: &Path,
+    lines: impl BufRead,
+    mut progress: impl FnMut(u64),
+) -> Result<Result<ImportReport, ImportRefusal>, Error> {
+    if dir.join("db").exists() {
+        return Ok(Err(ImportRefusal {
+            line: 0,
+            reason: format!(
+                "{} holds a journal already: import into a new directory",
+                dir.display()
+            ),
+        }));
+    }
+    let created_dir = !dir.exists();
+    let outcome = import_into(dir, lines, &mut progress);
+    if !matches!(outcome, Ok(Ok(_))) {
+        // Leave nothing half-built behind.
+        let _ = if created_dir {
+            std::fs::remove_dir_all(dir)
+        } else {
+            clear(dir)
+        };
+    }
+    outcome
+}
+
+fn clear(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            std::fs::remove_dir_all(path)?
+        } else {
+            std::fs::remove_file(path)?
+        }
+    }
+    Ok(())
+}
+
+fn import_into(
+    dir: &Path,
+    lines: impl BufRead,
+    progress: &mut impl FnMut(u64),
+) -> Result<Result<ImportReport, ImportRefusal>, Error> {
+    let db = store::open_sled(dir, &JournalOptions::default())?;
+    let tree = db.open_tree("journal")?;
+    let mut heads: HashMap<SessionId, (u64, Hash)> = HashMap::new();
+    let mut next_pos = 0u64;
+    let mut pending = Pending::new(0);
+    for (index, line) in lines.lines().enumerate() {
+        let number = index as u64 + 1;
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let refuse = |reason: String| {
+            Ok(Err(ImportRefusal {
+                line: number,
+                reason,
+            }))
+        };
+        let exported: ExportedRecord = match serde_json::from_str(&line) {
+            Ok(record) => record,
+            Err(error) => return refuse(format!("not an exported record: {error}")),
+        };
+        if exported.pos != next_pos {
+            return refuse(format!(
+                "position {} where {next_pos} was expected (an export of one session cannot be imported)",
+                exported.pos
+            ));
+        }
+        let (next_seq, last_hash) = heads
+            .get(&exported.session_id)
+            .copied()
+            .unwrap_or((0, [0; 32]));
+        if exported.seq != next_seq {
+            return refuse(format!(
+                "session {} sequence {} where {next_seq} was expected",
+                exported.session_id, exported.seq
+            ));
+        }
+        let Some(prev_hash) = unhex(&exported.prev_hash) else {
+            return refuse("prev_hash is not 64 hex digits".into());
+        };
+        if prev_hash != last_hash {
+            return refuse(format!(
+                "hash link of session {} sequence {} does not match the line before",
+                exported.session_id, exported.seq
+            ));
+        }
+        let body = codec::RecordBody {
+            pos: JournalPos(exported.pos),
+            session_id: exported.session_id.clone(),
+            seq: Seq(exported.seq),
+            ts_us: exported.ts_us,
+            prev_hash,
+            event: exported.event,
+        };
+        let bytes = match codec::encode(&body) {
+            Ok(bytes) => bytes,
+            Err(reason) => return refuse(reason),
+        };
+        let hash = codec::hash(&bytes);
+        if unhex(&exported.hash) != Some(hash) {
+            return refuse(format!(
+                "the record does not hash to its recorded hash (session {} sequence {}): it was edited",
+                body.session_id, body.seq
+            ));
+        }
+        pending.batch.insert(
+            store::record_key(&body.session_id, body.seq),
+            bytes.as_slice(),
+        );
+        store::index_event(
+            &mut pending.batch,
+            &body.session_id,
+            &body.event,
+            body.ts_us,
+        );
+        match pending.manifest.last_mut() {
+            Some(last)
+                if last.session_id == body.session_id
+                    && last.first_seq.0 + u64::from(last.count) == body.seq.0 =>
+            {
+                last.count += 1
+            }
+            _ => pending.manifest.push(ManifestEntry {
+                session_id: body.session_id.clone(),
+                first_seq: body.seq,
+                count: 1,
+            }),
+        }
+        pending.records += 1;
+        heads.insert(body.session_id, (body.seq.0 + 1, hash));
+        next_pos += 1;
+        if pending.records == IMPORT_BATCH_RECORDS {
+            write(
+                &tree,
+                std::mem::replace(&mut pending, Pending::new(next_pos)),
+            )?;
+            progress(next_pos);
+        }
+    }
+    write(&tree, pending)?;
+    db.flush()?;
+    File::open(dir.join("db"))?.sync_data()?;
+    progress(next_pos);
+    Ok(Ok(ImportReport {
+        records: next_pos,
+        streams: heads.len() as u64,
+    }))
+}

@@ -1,0 +1,264 @@
+//! Audit commands on a data directory the real server wrote: `journal timeline`,
+//! `journal export` and `journal import` (round trip to the same bytes, refusal of an
+//! edited export at its first bad line), and their refusal while a server holds it.
+
+use serde_json::Value;
+use turnstile_tests::{Server, http_client as client, turnstile, write_config};
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+async fn post(server: &Server, path: &str, form: &[(&str, &str)]) -> Value {
+    client()
+        .post(server.url(path))
+        .form(form)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// A session with a retried run, a fork, a compaction and a cancelled run.
+async fn eventful_session(server: &Server) -> String {
+    let first = post(
+        server,
+        "/agents/scripted/runs",
+        &[
+            (
+                "message",
+                "look around\n/tool Read {\"path\":\"a.rs\"}\n/fail transient 1\n/reply seen",
+            ),
+            ("session_id", "audit"),
+            ("stream", "false"),
+        ],
+    )
+    .await;
+    assert_eq!(first["status"], "COMPLETED", "{first}");
+    let run_id = first["run_id"].as_str().unwrap().to_owned();
+    post(
+        server,
+        &format!("/agents/scripted/runs/{run_id}/continue"),
+        &[
+            ("continue_from", "3"),
+            ("input", "another way"),
+            ("stream", "false"),
+        ],
+    )
+    .await;
+    post(
+        server,
+        "/agents/scripted/runs",
+        &[
+            ("message", "third"),
+            ("session_id", "audit"),
+            ("stream", "false"),
+        ],
+    )
+    .await;
+    post(server, "/agents/scripted/sessions/audit/compact", &[]).await;
+    let background = post(
+        server,
+        "/agents/scripted/runs",
+        &[
+            ("message", "/sleep 30000"),
+            ("session_id", "audit"),
+            ("background", "true"),
+            ("stream", "false"),
+        ],
+    )
+    .await;
+    let background_id = background["run_id"].as_str().unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    client()
+        .post(server.url(&format!("/agents/scripted/runs/{background_id}/cancel")))
+        .send()
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    run_id
+}
+
+#[tokio::test]
+async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        "",
+        "retries = 1\ndelay_between_retries_s = 0.01",
+    );
+    let data = dir.path().join("data");
+    let data_arg = data.to_str().unwrap().to_owned();
+    let server = Server::start_with(&data, &["--config", config.to_str().unwrap()]);
+    let run_id = eventful_session(&server).await;
+    let held = turnstile(&[
+        "journal",
+        "timeline",
+        "--session",
+        "audit",
+        "--data-dir",
+        &data_arg,
+    ]);
+    assert_eq!(held.status.code(), Some(2));
+    assert!(text(&held.stderr).contains("held by another process"));
+    server.terminate();
+
+    let timeline = turnstile(&[
+        "journal",
+        "timeline",
+        "--session",
+        "audit",
+        "--data-dir",
+        &data_arg,
+    ]);
+    assert_eq!(
+        timeline.status.code(),
+        Some(0),
+        "{}",
+        text(&timeline.stderr)
+    );
+    let timeline = text(&timeline.stdout);
+    for expected in [
+        "session created for agent scripted",
+        "queued: \"look around",
+        "attempt 1 on harness session",
+        "tool Read({\"path\":\"a.rs\"}) → ok:Read",
+        "attempt 1 failed (transient, retryable)",
+        "retry after attempt 1 of 2",
+        "attempt 2 on harness session",
+        "completed: \"seen\"",
+        "at message 3",
+        "compacted: \"[summary of",
+        "cancelled: Run cancelled",
+    ] {
+        assert!(
+            timeline.contains(expected),
+            "missing {expected:?} in\n{timeline}"
+        );
+    }
+    // Each line carries its journal position, in order.
+    let positions: Vec<u64> = timeline
+        .lines()
+        .filter_map(|line| line.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert!(
+        positions.windows(2).all(|pair| pair[0] < pair[1]),
+        "{positions:?}"
+    );
+    let one_run = text(
+        &turnstile(&[
+            "journal",
+            "timeline",
+            "--session",
+            "audit",
+            "--run",
+            &run_id,
+            "--data-dir",
+            &data_arg,
+        ])
+        .stdout,
+    );
+    assert!(!one_run.contains("third"), "{one_run}");
+
+    let first = dir.path().join("first.jsonl");
+    let exported = turnstile(&[
+        "journal",
+        "export",
+        "--out",
+        first.to_str().unwrap(),
+        "--data-dir",
+        &data_arg,
+    ]);
+    assert_eq!(
+        exported.status.code(),
+        Some(0),
+        "{}",
+        text(&exported.stderr)
+    );
+    let lines = std::fs::read_to_string(&first).unwrap();
+    for line in lines.lines() {
+        let record: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(record["hash"].as_str().unwrap().len(), 64);
+    }
+    // Piped to stdout: the same lines and nothing else.
+    let piped = turnstile(&["journal", "export", "--data-dir", &data_arg]);
+    assert_eq!(text(&piped.stdout), lines);
+
+    let copy = dir.path().join("copy");
+    let imported = turnstile(&[
+        "journal",
+        "import",
+        "--in",
+        first.to_str().unwrap(),
+        "--data-dir",
+        copy.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        imported.status.code(),
+        Some(0),
+        "{}{}",
+        text(&imported.stdout),
+        text(&imported.stderr)
+    );
+    let second = dir.path().join("second.jsonl");
+    turnstile(&[
+        "journal",
+        "export",
+        "--out",
+        second.to_str().unwrap(),
+        "--data-dir",
+        copy.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        std::fs::read(&first).unwrap(),
+        std::fs::read(&second).unwrap(),
+        "export, import, export gives the same bytes"
+    );
+    let verified = turnstile(&["journal", "verify", "--data-dir", copy.to_str().unwrap()]);
+    assert_eq!(verified.status.code(), Some(0));
+
+    // An edited export is refused at the edited line, and leaves nothing behind.
+    let mut edited: Vec<String> = lines.lines().map(str::to_owned).collect();
+    let target = edited
+        .iter()
+        .position(|line| line.contains("look around"))
+        .unwrap();
+    edited[target] = edited[target].replace("look around", "look elsewhere");
+    let edited_path = dir.path().join("edited.jsonl");
+    std::fs::write(&edited_path, edited.join("\n")).unwrap();
+    let refused_dir = dir.path().join("refused");
+    let refused = turnstile(&[
+        "journal",
+        "import",
+        "--in",
+        edited_path.to_str().unwrap(),
+        "--data-dir",
+        refused_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused.stdout).contains(&format!("line {}", target + 1)),
+        "{}",
+        text(&refused.stdout)
+    );
+    assert!(!refused_dir.join("db").exists());
+    // A removed line: refused at the line after it.
+    let mut removed: Vec<String> = lines.lines().map(str::to_owned).collect();
+    removed.remove(5);
+    std::fs::write(&edited_path, removed.join("\n")).unwrap();
+    let refused = turnstile(&[
+        "journal",
+        "import",
+        "--in",
+        edited_path.to_str().unwrap(),
+        "--data-dir",
+        refused_dir.to_str().unwrap(),
+    ]);
+    assert!(
+        text(&refused.stdout).contains("line 6"),
+        "{}",
+        text(&refused.stdout)
+    );
+}
