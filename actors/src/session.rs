@@ -204,6 +204,27 @@ impl SessionActor {
             }
             self.state.apply(record);
         }
+        // The stored projection follows the session at its turning points (a run
+        // accepted or ended, a compaction, a deletion); `journal rebuild` checks it.
+        let turning_point = records.iter().any(|record| {
+            record.event.is_terminal()
+                || matches!(
+                    record.event,
+                    Event::RunQueued { .. }
+                        | Event::TranscriptCompacted { .. }
+                        | Event::SessionDeleted { .. }
+                )
+        });
+        if turning_point {
+            let key = format!("session/{}", self.session_id);
+            if let Err(error) = self
+                .shared
+                .journal
+                .put_projection(&key, self.state.summary().to_string().as_bytes())
+            {
+                tracing::warn!(session_id = %self.session_id, %error, "stored projection not updated");
+            }
+        }
     }
 
     /// The run the session is busy with: the one running, else the head of the queue.

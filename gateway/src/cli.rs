@@ -86,6 +86,15 @@ enum JournalCommand {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
+    /// Recompute every projection from the events and compare with the stored ones.
+    Rebuild {
+        /// Configuration file, for its data directory.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Data directory (overrides the configuration).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
     /// Build a journal in a new data directory from an export, checking every hash link.
     Import {
         /// The export.
@@ -148,6 +157,9 @@ pub fn main() -> ExitCode {
         Command::Journal {
             command: JournalCommand::Import { input, data_dir },
         } => import(&input, &data_dir),
+        Command::Journal {
+            command: JournalCommand::Rebuild { config, data_dir },
+        } => rebuild(config, data_dir),
     };
     match result {
         Ok(code) => code,
@@ -285,6 +297,10 @@ fn import(input: &std::path::Path, data_dir: &std::path::Path) -> anyhow::Result
     bar.finish_and_clear();
     match outcome {
         Ok(report) => {
+            // An export carries events only: the projections are folded from them.
+            let journal = Journal::open(data_dir, JournalOptions::default())?;
+            turnstile_projections::rebuild::store_all(&journal)?;
+            journal.close()?;
             println!(
                 "imported {} events in {} streams into {}",
                 report.records,
@@ -298,6 +314,31 @@ fn import(input: &std::path::Path, data_dir: &std::path::Path) -> anyhow::Result
             Ok(ExitCode::from(1))
         }
     }
+}
+
+fn rebuild(config: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let journal = open_journal(config, data_dir)?;
+    let bar = progress_bar("rebuilding");
+    let report =
+        turnstile_projections::rebuild::rebuild(&journal, |events| bar.set_position(events))?;
+    bar.finish_and_clear();
+    if report.differences.is_empty() {
+        println!(
+            "rebuilt {} sessions from {} events: every stored projection matches",
+            report.sessions, report.events
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    for difference in &report.differences {
+        println!("DIFFERENCE {difference}");
+    }
+    println!(
+        "rebuilt {} sessions from {} events: {} differences",
+        report.sessions,
+        report.events,
+        report.differences.len()
+    );
+    Ok(ExitCode::from(1))
 }
 
 fn verify(config: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {

@@ -203,6 +203,8 @@ const RUN: u8 = b'R';
 const OPEN: u8 = b'O';
 const IDEMPOTENCY: u8 = b'K';
 const SESSION: u8 = b'N';
+/// The sled tree of stored projections, apart from the journal's own.
+const PROJECTIONS: &str = "projections";
 
 pub(crate) fn log_key(pos: JournalPos) -> [u8; 9] {
     let mut key = [LOG; 9];
@@ -659,6 +661,39 @@ impl Journal {
 
     pub(crate) fn tree(&self) -> &sled::Tree {
         &self.inner.tree
+    }
+
+    /// Stores a projection (derived data, rebuildable from the events: written without
+    /// a sync; `journal rebuild` compares it with a fresh fold).
+    pub fn put_projection(&self, key: &str, value: &[u8]) -> Result<(), Error> {
+        self.inner
+            .db
+            .open_tree(PROJECTIONS)?
+            .insert(key.as_bytes(), value)?;
+        Ok(())
+    }
+
+    /// A stored projection.
+    pub fn get_projection(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self
+            .inner
+            .db
+            .open_tree(PROJECTIONS)?
+            .get(key.as_bytes())?
+            .map(|value| value.to_vec()))
+    }
+
+    /// Every stored projection, in key order.
+    pub fn projections(&self) -> Result<Vec<(String, Vec<u8>)>, Error> {
+        self.inner
+            .db
+            .open_tree(PROJECTIONS)?
+            .iter()
+            .map(|entry| {
+                let (key, value) = entry?;
+                Ok((String::from_utf8_lossy(&key).into_owned(), value.to_vec()))
+            })
+            .collect()
     }
 
     /// Stops the committer after it answers every queued append, and flushes.

@@ -5,6 +5,7 @@
 //! a session actor keeps is the same fold applied one record at a time.
 //! Nothing here does I/O, waits, or knows about actors or HTTP.
 
+pub mod rebuild;
 mod session;
 
 pub use session::{

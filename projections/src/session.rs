@@ -266,6 +266,8 @@ pub struct SessionState {
     pub session: SessionView,
     /// Its runs, oldest first.
     pub runs: Vec<RunView>,
+    /// The sequence after the last record folded in.
+    pub next_seq: u64,
 }
 
 impl SessionState {
@@ -275,6 +277,7 @@ impl SessionState {
             session_id,
             session: SessionView::default(),
             runs: Vec::new(),
+            next_seq: 0,
         }
     }
 
@@ -311,13 +314,17 @@ impl SessionState {
 
     /// Applies one record.
     pub fn apply(&mut self, record: &Recorded) {
+        self.next_seq = record.seq.0 + 1;
         let ts = record.ts_us;
         self.session.updated_at_us = ts;
         match &record.event {
             Event::SessionCreated { agent_id, user_id } => {
                 // A session id used again after a delete starts a new session.
                 if self.session.deleted {
-                    *self = SessionState::new(self.session_id.clone());
+                    *self = SessionState {
+                        next_seq: self.next_seq,
+                        ..SessionState::new(self.session_id.clone())
+                    };
                 }
                 self.session.agent_id = agent_id.clone();
                 self.session.user_id = user_id.clone();
@@ -583,5 +590,43 @@ fn apply_wire_event(
             }
         }
         _ => {}
+    }
+}
+
+impl SessionState {
+    /// The stored form of this fold: what `journal rebuild` compares. Runs (status,
+    /// content, tools, attempts, events, metrics, checkpoints, lineage), the session
+    /// (agent, user, metrics, branch, compactions, deletion), and the sequence it is as of.
+    pub fn summary(&self) -> serde_json::Value {
+        let runs: Vec<serde_json::Value> = self
+            .runs
+            .iter()
+            .map(|run| {
+                serde_json::json!({
+                    "run_id": run.run_id,
+                    "status": run.status.as_str(),
+                    "content": run.content,
+                    "content_type": run.content_type,
+                    "tools": run.tools.iter().map(|tool| &tool.tool_call_id).collect::<Vec<_>>(),
+                    "attempts": run.attempts,
+                    "events": run.event_count,
+                    "metrics": run.metrics,
+                    "checkpoints": run.checkpoints.iter().map(|c| (c.message_index, c.transcript_lines)).collect::<Vec<_>>(),
+                    "forked_from": run.fork.as_ref().map(|fork| (fork.from_run_id.to_string(), fork.message_index)),
+                    "attachments": run.attachments.len(),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "session_id": self.session_id,
+            "as_of_seq": self.next_seq,
+            "agent_id": self.session.agent_id,
+            "user_id": self.session.user_id,
+            "deleted": self.session.deleted,
+            "metrics": self.session.metrics,
+            "harness_session_id": self.session.harness_session_id,
+            "compactions": self.session.compactions.len(),
+            "runs": runs,
+        })
     }
 }

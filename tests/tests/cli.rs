@@ -106,6 +106,7 @@ fn every_subcommand_has_help() {
         vec!["journal", "timeline", "--help"],
         vec!["journal", "export", "--help"],
         vec!["journal", "import", "--help"],
+        vec!["journal", "rebuild", "--help"],
     ] {
         let output = turnstile(&args);
         assert_eq!(output.status.code(), Some(0), "{args:?}");

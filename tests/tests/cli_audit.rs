@@ -3,6 +3,7 @@
 //! edited export at its first bad line), and their refusal while a server holds it.
 
 use serde_json::Value;
+use turnstile_journal::{Journal, JournalOptions};
 use turnstile_tests::{Server, http_client as client, turnstile, write_config};
 
 fn text(bytes: &[u8]) -> String {
@@ -162,6 +163,30 @@ async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
     );
     assert!(!one_run.contains("third"), "{one_run}");
 
+    // Every stored projection matches a fold of the events; a corrupted one is reported.
+    let rebuilt = turnstile(&["journal", "rebuild", "--data-dir", &data_arg]);
+    assert_eq!(rebuilt.status.code(), Some(0), "{}", text(&rebuilt.stdout));
+    assert!(text(&rebuilt.stdout).contains("every stored projection matches"));
+    {
+        let journal = Journal::open(&data, JournalOptions::default()).unwrap();
+        let mut stored: Value =
+            serde_json::from_slice(&journal.get_projection("session/audit").unwrap().unwrap())
+                .unwrap();
+        stored["runs"][0]["status"] = "ERROR".into();
+        journal
+            .put_projection("session/audit", stored.to_string().as_bytes())
+            .unwrap();
+        journal.close().unwrap();
+    }
+    let corrupted = turnstile(&["journal", "rebuild", "--data-dir", &data_arg]);
+    assert_eq!(corrupted.status.code(), Some(1));
+    assert!(
+        text(&corrupted.stdout)
+            .contains("session audit: runs[0].status: stored \"ERROR\", rebuilt \"COMPLETED\""),
+        "{}",
+        text(&corrupted.stdout)
+    );
+
     let first = dir.path().join("first.jsonl");
     let exported = turnstile(&[
         "journal",
@@ -218,6 +243,13 @@ async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
     );
     let verified = turnstile(&["journal", "verify", "--data-dir", copy.to_str().unwrap()]);
     assert_eq!(verified.status.code(), Some(0));
+    let rebuilt_copy = turnstile(&["journal", "rebuild", "--data-dir", copy.to_str().unwrap()]);
+    assert_eq!(
+        rebuilt_copy.status.code(),
+        Some(0),
+        "{}",
+        text(&rebuilt_copy.stdout)
+    );
 
     // An edited export is refused at the edited line, and leaves nothing behind.
     let mut edited: Vec<String> = lines.lines().map(str::to_owned).collect();
