@@ -12,27 +12,61 @@ use std::io::Write as _;
 use std::time::Instant;
 
 use turnstile_journal::portable::{ExportedRecord, import};
-use turnstile_journal::{Event, EventIndex, Expected, Journal, JournalOptions, JournalPos, RunId, SessionId};
+use turnstile_journal::{
+    Event, EventIndex, Expected, Journal, JournalOptions, JournalPos, RunId, SessionId,
+};
 use turnstile_projections::rebuild::{rebuild, store_all};
 
 /// One run of a session: 20 records.
 fn run_events(run: u64) -> Vec<Event> {
     let run_id = RunId::parse(&format!("run-{run}")).unwrap();
     let mut events = vec![
-        Event::RunQueued { run_id: run_id.clone(), agent_id: "scripted".into(), user_id: None, input: format!("turn {run}: do the thing"), options: "{}".into() },
-        Event::RunStarted { run_id: run_id.clone(), model: "scripted".into(), model_provider: "turnstile".into() },
-        Event::AttemptStarted { run_id: run_id.clone(), attempt: 1, harness_session_id: "h".into() },
+        Event::RunQueued {
+            run_id: run_id.clone(),
+            agent_id: "scripted".into(),
+            user_id: None,
+            input: format!("turn {run}: do the thing"),
+            options: "{}".into(),
+        },
+        Event::RunStarted {
+            run_id: run_id.clone(),
+            model: "scripted".into(),
+            model_provider: "turnstile".into(),
+        },
+        Event::AttemptStarted {
+            run_id: run_id.clone(),
+            attempt: 1,
+            harness_session_id: "h".into(),
+        },
     ];
     for index in 0..16u64 {
-        let event_type = if index % 4 == 1 { "ToolCallCompleted" } else { "RunContent" };
-        let data = if event_type == "RunContent" {
-            format!(r#"{{"event":"RunContent","content":"part {index} of the answer to turn {run}","run_id":"run-{run}"}}"#)
+        let event_type = if index % 4 == 1 {
+            "ToolCallCompleted"
         } else {
-            format!(r#"{{"event":"ToolCallCompleted","tool":{{"tool_call_id":"call-{run}-{index}","tool_name":"Read","tool_args":{{"path":"src/lib.rs"}},"result":"ok"}},"run_id":"run-{run}"}}"#)
+            "RunContent"
         };
-        events.push(Event::RunEventEmitted { run_id: run_id.clone(), event_index: EventIndex(index), event_type: event_type.into(), data });
+        let data = if event_type == "RunContent" {
+            format!(
+                r#"{{"event":"RunContent","content":"part {index} of the answer to turn {run}","run_id":"run-{run}"}}"#
+            )
+        } else {
+            format!(
+                r#"{{"event":"ToolCallCompleted","tool":{{"tool_call_id":"call-{run}-{index}","tool_name":"Read","tool_args":{{"path":"src/lib.rs"}},"result":"ok"}},"run_id":"run-{run}"}}"#
+            )
+        };
+        events.push(Event::RunEventEmitted {
+            run_id: run_id.clone(),
+            event_index: EventIndex(index),
+            event_type: event_type.into(),
+            data,
+        });
     }
-    events.push(Event::RunCompleted { run_id, content: "done".into(), content_type: "str".into(), metrics: r#"{"input_tokens":10,"output_tokens":5,"total_tokens":15}"#.into() });
+    events.push(Event::RunCompleted {
+        run_id,
+        content: "done".into(),
+        content_type: "str".into(),
+        metrics: r#"{"input_tokens":10,"output_tokens":5,"total_tokens":15}"#.into(),
+    });
     events
 }
 
@@ -41,7 +75,10 @@ fn rate(events: u64, started: Instant) -> String {
 }
 
 fn main() {
-    let target: u64 = std::env::var("BENCH_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    let target: u64 = std::env::var("BENCH_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let journal = Journal::open(&data, JournalOptions::default()).unwrap();
@@ -56,12 +93,18 @@ fn main() {
                 let mut session = 0u64;
                 while run < runs_needed {
                     let session_id = SessionId::parse(&format!("s-{writer}-{session}")).unwrap();
-                    let mut events = vec![Event::SessionCreated { agent_id: "scripted".into(), user_id: None }];
+                    let mut events = vec![Event::SessionCreated {
+                        agent_id: "scripted".into(),
+                        user_id: None,
+                    }];
                     for _ in 0..10 {
                         events.extend(run_events(run));
                         run += writers;
                     }
-                    journal.append_blocking(&session_id, Expected::Any, events).unwrap().unwrap();
+                    journal
+                        .append_blocking(&session_id, Expected::Any, events)
+                        .unwrap()
+                        .unwrap();
                     session += 1;
                 }
             });
@@ -79,7 +122,12 @@ fn main() {
     let started = Instant::now();
     let mut out = std::io::BufWriter::new(std::fs::File::create(&export_path).unwrap());
     for record in journal.read_from(JournalPos(0)) {
-        writeln!(out, "{}", ExportedRecord::from_recorded(&record.unwrap()).to_line()).unwrap();
+        writeln!(
+            out,
+            "{}",
+            ExportedRecord::from_recorded(&record.unwrap()).to_line()
+        )
+        .unwrap();
     }
     out.flush().unwrap();
     let export_rate = rate(events, started);
@@ -87,16 +135,24 @@ fn main() {
     let started = Instant::now();
     let report = rebuild(&journal, |_| ()).unwrap();
     let rebuild_rate = rate(report.events, started);
-    assert!(report.differences.is_empty(), "{:?}", &report.differences[..3.min(report.differences.len())]);
+    assert!(
+        report.differences.is_empty(),
+        "{:?}",
+        &report.differences[..3.min(report.differences.len())]
+    );
     journal.close().unwrap();
     drop(journal);
 
     let started = Instant::now();
     let file = std::io::BufReader::new(std::fs::File::open(&export_path).unwrap());
-    let imported = import(&dir.path().join("copy"), file, |_| ()).unwrap().unwrap();
+    let imported = import(&dir.path().join("copy"), file, |_| ())
+        .unwrap()
+        .unwrap();
     let import_rate = rate(imported.records, started);
 
-    println!("| events | sessions | write (append, 8 threads) | verify | export (JSON lines) | import | rebuild |");
+    println!(
+        "| events | sessions | write (append, 8 threads) | verify | export (JSON lines) | import | rebuild |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|---:|");
     println!(
         "| {events} | {} | {write_rate}/s | {verify_rate}/s | {export_rate}/s | {import_rate}/s | {rebuild_rate}/s |",
