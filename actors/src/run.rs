@@ -184,6 +184,9 @@ pub(crate) struct RunTask {
     pub output_schema: Option<serde_json::Value>,
     /// Why the run's attachments could not be staged: the run fails without a turn.
     pub staging_error: Option<String>,
+    /// Events that start the run (`RunStarted`, a fork), journaled with the first
+    /// events of the turn.
+    pub start_events: Vec<Event>,
 }
 
 enum AttemptEnd {
@@ -200,7 +203,8 @@ impl RunTask {
         let mut first_token: Option<f64> = None;
         let max_attempts = self.policy.max_attempts().max(self.request.attempt);
         if let Some(error) = self.staging_error.take() {
-            let terminal = self.failed("attachment_staging", &error, false);
+            let mut terminal = std::mem::take(&mut self.start_events);
+            terminal.extend(self.failed("attachment_staging", &error, false));
             return Finished {
                 run_id: self.identity.run_id.clone(),
                 records,
@@ -277,6 +281,14 @@ impl RunTask {
                 _ = self.cancel.cancelled() => break self.cancelled(),
             }
             self.request.attempt += 1;
+        };
+        // A turn that journaled nothing (it failed at once): its start goes with its end.
+        let terminal = if self.start_events.is_empty() {
+            terminal
+        } else {
+            let mut all = std::mem::take(&mut self.start_events);
+            all.extend(terminal);
+            all
         };
         Finished {
             run_id: self.identity.run_id.clone(),
@@ -487,10 +499,17 @@ impl RunTask {
     }
 
     async fn append(
-        &self,
+        &mut self,
         events: Vec<Event>,
         records: &mut Vec<Arc<Recorded>>,
     ) -> Result<(), String> {
+        let events = if self.start_events.is_empty() {
+            events
+        } else {
+            let mut all = std::mem::take(&mut self.start_events);
+            all.extend(events);
+            all
+        };
         let appended = self
             .journal
             .append(&self.identity.session_id, Expected::Any, events)

@@ -432,39 +432,16 @@ impl SessionActor {
             },
             output_schema: output_schema.clone(),
             staging_error: staging.err(),
+            // The start goes into the journal with the turn's first events: one sync
+            // fewer per turn. A stop before it leaves the run queued, as it was.
+            start_events: events,
         };
-        let journal = self.shared.journal.clone();
-        let session_id = self.session_id.clone();
         let address = ctx.address();
-        ctx.spawn(
-            async move {
-                if events.is_empty() {
-                    return Ok(Vec::new());
-                }
-                match journal.append(&session_id, Expected::Any, events).await {
-                    Ok(Ok(records)) => Ok(records),
-                    Ok(Err(conflict)) => Err(conflict.to_string()),
-                    Err(error) => Err(error.to_string()),
-                }
-            }
-            .into_actor(self)
-            .map(move |result, actor, _| match result {
-                Ok(records) => {
-                    actor.apply(&records);
-                    broadcast_wire(&live, &records);
-                    actix::spawn(async move {
-                        let finished = task.drive().await;
-                        // `do_send` ignores the mailbox bound: the end of a run is never dropped.
-                        address.do_send(RunFinishedMsg(finished));
-                    });
-                }
-                Err(error) => {
-                    // Fail-stop: the run stays open in the journal and recovery resumes it.
-                    tracing::error!(%error, "cannot journal the start of a run");
-                    actor.broken = Some(error);
-                }
-            }),
-        );
+        actix::spawn(async move {
+            let finished = task.drive().await;
+            // `do_send` ignores the mailbox bound: the end of a run is never dropped.
+            address.do_send(RunFinishedMsg(finished));
+        });
     }
 
     /// Stages the run's attachments and those of the last runs of its branch, from the
