@@ -206,24 +206,38 @@ impl SessionActor {
         }
         // The stored projection follows the session at its turning points (a run
         // accepted or ended, a compaction, a deletion); `journal rebuild` checks it.
-        let turning_point = records.iter().any(|record| {
-            record.event.is_terminal()
-                || matches!(
-                    record.event,
-                    Event::RunQueued { .. }
-                        | Event::TranscriptCompacted { .. }
-                        | Event::SessionDeleted { .. }
-                )
-        });
-        if turning_point {
-            let key = format!("session/{}", self.session_id);
-            if let Err(error) = self
-                .shared
-                .journal
-                .put_projection(&key, self.state.summary().to_string().as_bytes())
-            {
-                tracing::warn!(session_id = %self.session_id, %error, "stored projection not updated");
+        // Stored projections follow the session at its turning points (a run accepted
+        // or ended, a compaction, a deletion): the session's key and each run's own key,
+        // so a write costs the same in a long session as in a short one.
+        let mut turning_point = false;
+        for record in records {
+            let run = match &record.event {
+                Event::RunQueued { run_id, .. } => Some(run_id),
+                event if event.is_terminal() => event.run_id(),
+                Event::TranscriptCompacted { .. } | Event::SessionDeleted { .. } => None,
+                _ => continue,
+            };
+            turning_point = true;
+            if let Some(run) = run.and_then(|run_id| self.state.run(run_id)) {
+                let summary = self.state.run_summary(run);
+                self.store_projection(&format!("run/{}", run.run_id), &summary);
             }
+        }
+        if turning_point {
+            self.store_projection(
+                &format!("session/{}", self.session_id),
+                &self.state.session_summary(),
+            );
+        }
+    }
+
+    fn store_projection(&self, key: &str, summary: &serde_json::Value) {
+        if let Err(error) = self
+            .shared
+            .journal
+            .put_projection(key, summary.to_string().as_bytes())
+        {
+            tracing::warn!(session_id = %self.session_id, %error, "stored projection not updated");
         }
     }
 

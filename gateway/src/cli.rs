@@ -324,8 +324,8 @@ fn rebuild(config: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result
     bar.finish_and_clear();
     if report.differences.is_empty() {
         println!(
-            "rebuilt {} sessions from {} events: every stored projection matches",
-            report.sessions, report.events
+            "rebuilt {} sessions from {} events: all {} stored projections match",
+            report.sessions, report.events, report.compared
         );
         return Ok(ExitCode::SUCCESS);
     }

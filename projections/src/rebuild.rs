@@ -1,14 +1,15 @@
 //! Rebuilding every projection from the events alone and comparing it with the stored
 //! projections (`turnstile journal rebuild`).
 //!
-//! A stored projection says which sequence it is as of; the rebuild folds each session
-//! up to there, so a projection written before the last events is not a difference.
-//! It reads the journal once, in global order, and changes nothing.
+//! Each stored projection (a session's facts, or one run) says which sequence of its
+//! session it is as of. The rebuild folds every session once, in global order, and
+//! compares each stored projection when the fold reaches that sequence, so a
+//! projection written before later events is not a difference. It changes nothing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
-use turnstile_journal::{Journal, JournalPos, SessionId};
+use turnstile_journal::{Journal, JournalPos, RunId, SessionId};
 
 use crate::SessionState;
 
@@ -19,7 +20,9 @@ pub struct RebuildReport {
     pub sessions: u64,
     /// Events folded.
     pub events: u64,
-    /// Each difference, as `session <id>: <path>: stored <a>, rebuilt <b>`.
+    /// Stored projections compared.
+    pub compared: u64,
+    /// Each difference, as `<key>: <path>: stored <a>, rebuilt <b>`.
     pub differences: Vec<String>,
 }
 
@@ -31,8 +34,13 @@ fn diff(path: &str, stored: &Value, rebuilt: &Value, out: &mut Vec<String>, limi
     match (stored, rebuilt) {
         (Value::Object(a), Value::Object(b)) => {
             for key in a.keys().chain(b.keys().filter(|k| !a.contains_key(*k))) {
+                let child = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
                 diff(
-                    &format!("{path}.{key}"),
+                    &child,
                     a.get(key).unwrap_or(&Value::Null),
                     b.get(key).unwrap_or(&Value::Null),
                     out,
@@ -49,71 +57,95 @@ fn diff(path: &str, stored: &Value, rebuilt: &Value, out: &mut Vec<String>, limi
     }
 }
 
-/// Folds every session from the journal and compares it with its stored projection.
+/// A stored projection waiting for its session's fold to reach `as_of_seq`.
+struct Check {
+    key: String,
+    run_id: Option<RunId>,
+    stored: Value,
+}
+
+/// Folds every session from the journal and compares it with its stored projections.
 pub fn rebuild(
     journal: &Journal,
     mut progress: impl FnMut(u64),
 ) -> Result<RebuildReport, turnstile_journal::Error> {
-    let mut stored: BTreeMap<String, Value> = BTreeMap::new();
+    // Stored projections by session, then by the sequence they are as of.
+    let mut checks: HashMap<String, BTreeMap<u64, Vec<Check>>> = HashMap::new();
+    let mut report = RebuildReport::default();
     for (key, value) in journal.projections()? {
-        if let Some(session) = key.strip_prefix("session/") {
-            stored.insert(
-                session.to_owned(),
-                serde_json::from_slice(&value).unwrap_or(Value::Null),
-            );
-        }
+        let stored: Value = serde_json::from_slice(&value).unwrap_or(Value::Null);
+        let (Some(session), Some(as_of)) =
+            (stored["session_id"].as_str(), stored["as_of_seq"].as_u64())
+        else {
+            report
+                .differences
+                .push(format!("{key}: not a stored projection"));
+            continue;
+        };
+        let run_id = key
+            .strip_prefix("run/")
+            .and_then(|id| RunId::parse(id).ok());
+        checks
+            .entry(session.to_owned())
+            .or_default()
+            .entry(as_of)
+            .or_default()
+            .push(Check {
+                key,
+                run_id,
+                stored,
+            });
     }
     let mut states: BTreeMap<SessionId, SessionState> = BTreeMap::new();
-    let mut report = RebuildReport::default();
     for record in journal.read_from(JournalPos(0)) {
         let record = record?;
         report.events += 1;
         if report.events % 4096 == 0 {
             progress(report.events);
         }
-        let as_of = stored
-            .get(record.session_id.as_str())
-            .and_then(|s| s["as_of_seq"].as_u64())
-            .unwrap_or(u64::MAX);
-        if record.seq.0 >= as_of {
-            continue;
-        }
-        states
+        let state = states
             .entry(record.session_id.clone())
-            .or_insert_with(|| SessionState::new(record.session_id.clone()))
-            .apply(&record);
+            .or_insert_with(|| SessionState::new(record.session_id.clone()));
+        state.apply(&record);
+        let Some(due) = checks
+            .get_mut(record.session_id.as_str())
+            .and_then(|by_seq| by_seq.remove(&state.next_seq))
+        else {
+            continue;
+        };
+        for check in due {
+            report.compared += 1;
+            let rebuilt = match &check.run_id {
+                Some(run_id) => match state.run(run_id) {
+                    Some(run) => state.run_summary(run),
+                    None => Value::Null,
+                },
+                None => state.session_summary(),
+            };
+            let mut found = Vec::new();
+            diff("", &check.stored, &rebuilt, &mut found, 8);
+            report
+                .differences
+                .extend(found.into_iter().map(|d| format!("{}: {d}", check.key)));
+        }
     }
     progress(report.events);
     report.sessions = states.len() as u64;
-    for (session_id, state) in &states {
-        let rebuilt = state.summary();
-        match stored.get(session_id.as_str()) {
-            None => report
-                .differences
-                .push(format!("session {session_id}: no stored projection")),
-            Some(stored) => {
-                let mut found = Vec::new();
-                diff("", stored, &rebuilt, &mut found, 8);
-                report.differences.extend(
-                    found
-                        .into_iter()
-                        .map(|d| format!("session {session_id}: {}", d.trim_start_matches('.'))),
-                );
+    for (session, left) in checks {
+        for (as_of, pending) in left {
+            for check in pending {
+                report.differences.push(format!(
+                    "{}: stored as of sequence {as_of}, but session {session} has no such record",
+                    check.key
+                ));
             }
-        }
-    }
-    for session in stored.keys() {
-        if !states.keys().any(|id| id.as_str() == session) {
-            report.differences.push(format!(
-                "session {session}: stored projection of a session with no events"
-            ));
         }
     }
     Ok(report)
 }
 
-/// Folds every session and stores its projection (after an import, whose export
-/// carries only events). Returns the sessions written.
+/// Folds every session and stores its projections (after an import, whose export
+/// carries only events). Returns the projections written.
 pub fn store_all(journal: &Journal) -> Result<u64, turnstile_journal::Error> {
     let mut states: BTreeMap<SessionId, SessionState> = BTreeMap::new();
     for record in journal.read_from(JournalPos(0)) {
@@ -123,11 +155,20 @@ pub fn store_all(journal: &Journal) -> Result<u64, turnstile_journal::Error> {
             .or_insert_with(|| SessionState::new(record.session_id.clone()))
             .apply(&record);
     }
+    let mut written = 0;
     for (session_id, state) in &states {
         journal.put_projection(
             &format!("session/{session_id}"),
-            state.summary().to_string().as_bytes(),
+            state.session_summary().to_string().as_bytes(),
         )?;
+        for run in &state.runs {
+            journal.put_projection(
+                &format!("run/{}", run.run_id),
+                state.run_summary(run).to_string().as_bytes(),
+            )?;
+            written += 1;
+        }
+        written += 1;
     }
-    Ok(states.len() as u64)
+    Ok(written)
 }

@@ -594,29 +594,9 @@ fn apply_wire_event(
 }
 
 impl SessionState {
-    /// The stored form of this fold: what `journal rebuild` compares. Runs (status,
-    /// content, tools, attempts, events, metrics, checkpoints, lineage), the session
-    /// (agent, user, metrics, branch, compactions, deletion), and the sequence it is as of.
-    pub fn summary(&self) -> serde_json::Value {
-        let runs: Vec<serde_json::Value> = self
-            .runs
-            .iter()
-            .map(|run| {
-                serde_json::json!({
-                    "run_id": run.run_id,
-                    "status": run.status.as_str(),
-                    "content": run.content,
-                    "content_type": run.content_type,
-                    "tools": run.tools.iter().map(|tool| &tool.tool_call_id).collect::<Vec<_>>(),
-                    "attempts": run.attempts,
-                    "events": run.event_count,
-                    "metrics": run.metrics,
-                    "checkpoints": run.checkpoints.iter().map(|c| (c.message_index, c.transcript_lines)).collect::<Vec<_>>(),
-                    "forked_from": run.fork.as_ref().map(|fork| (fork.from_run_id.to_string(), fork.message_index)),
-                    "attachments": run.attachments.len(),
-                })
-            })
-            .collect();
+    /// The stored form of the session's own facts (without its runs, which are stored
+    /// one key each): what `journal rebuild` compares, with the sequence it is as of.
+    pub fn session_summary(&self) -> serde_json::Value {
         serde_json::json!({
             "session_id": self.session_id,
             "as_of_seq": self.next_seq,
@@ -626,7 +606,27 @@ impl SessionState {
             "metrics": self.session.metrics,
             "harness_session_id": self.session.harness_session_id,
             "compactions": self.session.compactions.len(),
-            "runs": runs,
+            "runs": self.runs.len(),
+        })
+    }
+
+    /// The stored form of one run: status, content, tools, attempts, events, metrics,
+    /// checkpoints, lineage, attachments, and the sequence it is as of.
+    pub fn run_summary(&self, run: &RunView) -> serde_json::Value {
+        serde_json::json!({
+            "session_id": self.session_id,
+            "as_of_seq": self.next_seq,
+            "run_id": run.run_id,
+            "status": run.status.as_str(),
+            "content": run.content,
+            "content_type": run.content_type,
+            "tools": run.tools.iter().map(|tool| &tool.tool_call_id).collect::<Vec<_>>(),
+            "attempts": run.attempts,
+            "events": run.event_count,
+            "metrics": run.metrics,
+            "checkpoints": run.checkpoints.iter().map(|c| (c.message_index, c.transcript_lines)).collect::<Vec<_>>(),
+            "forked_from": run.fork.as_ref().map(|fork| (fork.from_run_id.to_string(), fork.message_index)),
+            "attachments": run.attachments.len(),
         })
     }
 }
