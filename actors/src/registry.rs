@@ -73,10 +73,10 @@ impl Handler<GetSession> for Registry {
         GetSession(session_id): GetSession,
         ctx: &mut Self::Context,
     ) -> Self::Result {
-        if let Some(address) = self.sessions.get(&session_id) {
-            if address.connected() {
-                return MessageResult(address.clone());
-            }
+        if let Some(address) = self.sessions.get(&session_id)
+            && address.connected()
+        {
+            return MessageResult(address.clone());
         }
         let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
         self.next_arbiter = self.next_arbiter.wrapping_add(1);

@@ -420,11 +420,11 @@ impl Runtime {
             let _serialized = match &command.idempotency_key {
                 Some(key) => {
                     let guard = runtime.inner.idempotent.lock().await;
-                    if let Some(run_id) = runtime.journal().run_of_idempotency_key(key)? {
-                        if let Some(mut handle) = runtime.handle_of(&run_id)? {
-                            handle.reused = true;
-                            return Ok(Ok(handle));
-                        }
+                    if let Some(run_id) = runtime.journal().run_of_idempotency_key(key)?
+                        && let Some(mut handle) = runtime.handle_of(&run_id)?
+                    {
+                        handle.reused = true;
+                        return Ok(Ok(handle));
                     }
                     Some(guard)
                 }

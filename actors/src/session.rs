@@ -630,10 +630,9 @@ impl Actor for SessionActor {
                     for record in &records {
                         if let Some(run_id) =
                             record.event.run_id().filter(|_| record.event.is_terminal())
+                            && let Some(live) = actor.shared.remove_live(run_id)
                         {
-                            if let Some(live) = actor.shared.remove_live(run_id) {
-                                broadcast_wire(&live, std::slice::from_ref(record));
-                            }
+                            broadcast_wire(&live, std::slice::from_ref(record));
                         }
                     }
                     actor.apply(&records);
@@ -677,13 +676,13 @@ impl Handler<StartRunMsg> for SessionActor {
                 session_id: self.session_id.clone(),
             });
         }
-        if command.multitask == Multitask::Reject {
-            if let Some(run_id) = self.busy_with() {
-                return refuse(Refused::Busy {
-                    session_id: self.session_id.clone(),
-                    run_id: run_id.clone(),
-                });
-            }
+        if command.multitask == Multitask::Reject
+            && let Some(run_id) = self.busy_with()
+        {
+            return refuse(Refused::Busy {
+                session_id: self.session_id.clone(),
+                run_id: run_id.clone(),
+            });
         }
         let Some(agent) = self.shared.agents.get(&command.agent_id).cloned() else {
             return refuse(Refused::UnknownAgent {

@@ -110,10 +110,11 @@ impl RunEvents {
     fn refill(&mut self) -> Result<(), RuntimeError> {
         for record in self.journal.read_session(&self.session_id, self.from_seq) {
             let record = record?;
-            if let Some(event) = WireEvent::from_record(&record) {
-                if event.run_id == self.run_id && event.event_index >= self.next {
-                    self.backlog.push_back(Arc::new(event));
-                }
+            if let Some(event) = WireEvent::from_record(&record)
+                && event.run_id == self.run_id
+                && event.event_index >= self.next
+            {
+                self.backlog.push_back(Arc::new(event));
             }
         }
         Ok(())

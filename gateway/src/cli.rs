@@ -275,7 +275,7 @@ fn export(
             ExportedRecord::from_recorded(&record?).to_line()
         )?;
         count += 1;
-        if count % 4096 == 0 {
+        if count.is_multiple_of(4096) {
             bar.set_position(count);
         }
     }

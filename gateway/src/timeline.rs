@@ -204,10 +204,10 @@ pub fn render(records: impl Iterator<Item = Recorded>, run: Option<&RunId>) -> V
     let mut lines = Vec::new();
     let mut quiet = 0u64;
     for record in records {
-        if let Some(run) = run {
-            if record.event.run_id() != Some(run) {
-                continue;
-            }
+        if let Some(run) = run
+            && record.event.run_id() != Some(run)
+        {
+            continue;
         }
         match describe(&record.event) {
             Some(text) => lines.push(format!(

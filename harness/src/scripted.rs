@@ -244,13 +244,13 @@ async fn run(
     cancel: CancellationToken,
 ) -> Result<TurnOutcome, HarnessError> {
     let script = parse(&request.message)?;
-    if script.lost_session {
-        if let Some(id) = &request.harness_session_id {
-            return Err(HarnessError::Failed {
-                kind: ErrorKind::SessionNotFound,
-                message: format!("No conversation found with session ID: {id}"),
-            });
-        }
+    if script.lost_session
+        && let Some(id) = &request.harness_session_id
+    {
+        return Err(HarnessError::Failed {
+            kind: ErrorKind::SessionNotFound,
+            message: format!("No conversation found with session ID: {id}"),
+        });
     }
     let harness_session_id = request
         .harness_session_id

@@ -744,13 +744,13 @@ fn decode_record(bytes: &[u8], expected: Option<JournalPos>) -> Result<Recorded,
         pos: expected.unwrap_or_default(),
         reason: error.to_string(),
     })?;
-    if let Some(pos) = expected {
-        if record.pos != pos {
-            return Err(Error::Corrupt {
-                pos,
-                reason: format!("record says position {}", record.pos),
-            });
-        }
+    if let Some(pos) = expected
+        && record.pos != pos
+    {
+        return Err(Error::Corrupt {
+            pos,
+            reason: format!("record says position {}", record.pos),
+        });
     }
     Ok(record)
 }
@@ -962,15 +962,15 @@ impl Committer {
         }
         // sled's flush stays on this thread (it contends with apply); the fdatasync
         // that makes it durable runs on the sync thread while the next batch applies.
-        if self.next_pos != start_pos {
-            if let Err(error) = self.syncer_db.flush() {
-                tracing::error!(%error, "journal flush failed; refusing further appends");
-                self.stopped = true;
-                for (reply, _) in answers {
-                    let _ = reply.send(Err(Error::Io(std::io::Error::other(error.to_string()))));
-                }
-                return;
+        if self.next_pos != start_pos
+            && let Err(error) = self.syncer_db.flush()
+        {
+            tracing::error!(%error, "journal flush failed; refusing further appends");
+            self.stopped = true;
+            for (reply, _) in answers {
+                let _ = reply.send(Err(Error::Io(std::io::Error::other(error.to_string()))));
             }
+            return;
         }
         let job = SyncJob {
             answers,
@@ -999,14 +999,14 @@ impl Committer {
         manifest: &mut Vec<codec::ManifestEntry>,
     ) -> Result<Result<Vec<Arc<Recorded>>, Conflict>, Error> {
         let mut head = self.head(session_id)?;
-        if let Expected::Next(expected) = expected {
-            if expected != head.next_seq {
-                return Ok(Err(Conflict {
-                    session_id: session_id.clone(),
-                    expected,
-                    actual: head.next_seq,
-                }));
-            }
+        if let Expected::Next(expected) = expected
+            && expected != head.next_seq
+        {
+            return Ok(Err(Conflict {
+                session_id: session_id.clone(),
+                expected,
+                actual: head.next_seq,
+            }));
         }
         // Encode every record first, so that one too large refuses the whole request.
         let mut encoded = Vec::with_capacity(events.len());

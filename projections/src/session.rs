@@ -584,10 +584,8 @@ fn apply_wire_event(
                 });
             }
         }
-        "CustomEvent" => {
-            if !value["warning"].is_null() {
-                run.warnings.push(value["warning"].clone());
-            }
+        "CustomEvent" if !value["warning"].is_null() => {
+            run.warnings.push(value["warning"].clone());
         }
         _ => {}
     }

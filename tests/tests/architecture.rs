@@ -59,10 +59,10 @@ fn project_crates_depend_only_in_the_allowed_direction() {
     let mut violations = Vec::new();
     for krate in CRATES {
         for (name, _) in dependencies(&manifest(krate)) {
-            if let Some(target) = name.strip_prefix("turnstile-") {
-                if !allowed(krate).contains(&target) {
-                    violations.push(format!("{krate} depends on {target}"));
-                }
+            if let Some(target) = name.strip_prefix("turnstile-")
+                && !allowed(krate).contains(&target)
+            {
+                violations.push(format!("{krate} depends on {target}"));
             }
         }
     }

@@ -42,10 +42,10 @@ async fn submit(
 async fn view_when_ended(runtime: &Runtime, run_id: &RunId) -> RunView {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if let Some(view) = runtime.run_view(run_id).unwrap() {
-            if view.status.is_terminal() {
-                return view;
-            }
+        if let Some(view) = runtime.run_view(run_id).unwrap()
+            && view.status.is_terminal()
+        {
+            return view;
         }
         assert!(Instant::now() < deadline, "run {run_id} did not end");
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -171,7 +171,7 @@ async fn deleting_a_session_leaves_a_tombstone_and_the_audit_trail() {
     assert_eq!(fresh["content"], "new start");
     server.terminate();
 
-    let journal = Journal::open(&dir.path().to_path_buf(), JournalOptions::default()).unwrap();
+    let journal = Journal::open(dir.path(), JournalOptions::default()).unwrap();
     let kinds: Vec<&'static str> = journal
         .read_from(JournalPos(0))
         .map(|r| r.unwrap().event.kind())

@@ -48,15 +48,14 @@ async fn load(base: String, acknowledged: Acknowledged, seed: u64) {
                 ("background", "true"),
                 ("stream", "false"),
             ];
-            if let Ok(response) = client.post(&url).form(&form).send().await {
-                if response.status() == 202 {
-                    if let Ok(body) = response.json::<Value>().await {
-                        acknowledged
-                            .lock()
-                            .unwrap()
-                            .push(body["run_id"].as_str().unwrap().to_owned());
-                    }
-                }
+            if let Ok(response) = client.post(&url).form(&form).send().await
+                && response.status() == 202
+                && let Ok(body) = response.json::<Value>().await
+            {
+                acknowledged
+                    .lock()
+                    .unwrap()
+                    .push(body["run_id"].as_str().unwrap().to_owned());
             }
         } else if action < 8 {
             let form = [
@@ -64,17 +63,16 @@ async fn load(base: String, acknowledged: Acknowledged, seed: u64) {
                 ("session_id", session.as_str()),
                 ("multitask_strategy", "enqueue"),
             ];
-            if let Ok(mut response) = client.post(&url).form(&form).send().await {
-                if let Ok(Ok(Some(chunk))) =
+            if let Ok(mut response) = client.post(&url).form(&form).send().await
+                && let Ok(Ok(Some(chunk))) =
                     tokio::time::timeout(Duration::from_secs(2), response.chunk()).await
+            {
+                let text = String::from_utf8_lossy(&chunk).to_string();
+                if let Some(run_id) = parse_sse(&text)
+                    .first()
+                    .and_then(|f| f.data["run_id"].as_str().map(str::to_owned))
                 {
-                    let text = String::from_utf8_lossy(&chunk).to_string();
-                    if let Some(run_id) = parse_sse(&text)
-                        .first()
-                        .and_then(|f| f.data["run_id"].as_str().map(str::to_owned))
-                    {
-                        acknowledged.lock().unwrap().push(run_id);
-                    }
+                    acknowledged.lock().unwrap().push(run_id);
                 }
             }
         } else {

@@ -800,12 +800,12 @@ async fn list_agent_runs(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let agent = find_agent(&state.runtime, &agent_id)?;
     let status = query.status.as_deref().map(str::to_ascii_uppercase);
-    if let Some(status) = status.as_deref() {
-        if !["PENDING", "RUNNING", "COMPLETED", "ERROR", "CANCELLED"].contains(&status) {
-            return Err(ApiError::Unprocessable(format!(
-                "status must be a run status, got {status:?}"
-            )));
-        }
+    if let Some(status) = status.as_deref()
+        && !["PENDING", "RUNNING", "COMPLETED", "ERROR", "CANCELLED"].contains(&status)
+    {
+        return Err(ApiError::Unprocessable(format!(
+            "status must be a run status, got {status:?}"
+        )));
     }
     let sessions: Vec<SessionId> = match query.session_id.as_deref() {
         Some(session_id) => vec![find_session(&state, session_id)?.session_id],

@@ -46,7 +46,7 @@ pub enum Framing {
 fn encode(id: Option<u64>, event_type: &str, data: &str) -> String {
     let mut frame = String::with_capacity(data.len() + event_type.len() + 32);
     if let Some(id) = id {
-        let _ = write!(frame, "id: {id}\n");
+        let _ = writeln!(frame, "id: {id}");
     }
     let _ = write!(frame, "event: {event_type}\ndata: {data}\n\n");
     frame
