@@ -213,6 +213,24 @@ async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
         let record: Value = serde_json::from_str(line).unwrap();
         assert_eq!(record["hash"].as_str().unwrap().len(), 64);
     }
+    // One session's export holds only its records, in order.
+    let session_only = text(
+        &turnstile(&[
+            "journal",
+            "export",
+            "--session",
+            "audit",
+            "--data-dir",
+            &data_arg,
+        ])
+        .stdout,
+    );
+    assert!(session_only.lines().count() > 10);
+    assert!(
+        session_only
+            .lines()
+            .all(|line| line.contains(r#""session_id":"audit""#))
+    );
     // Piped to stdout: the same lines and nothing else.
     let piped = turnstile(&["journal", "export", "--data-dir", &data_arg]);
     assert_eq!(text(&piped.stdout), lines);
