@@ -24,6 +24,16 @@ async fn post(server: &Server, path: &str, form: &[(&str, &str)]) -> Value {
 
 /// A session with a retried run, a fork, a compaction and a cancelled run.
 async fn eventful_session(server: &Server) -> String {
+    post(
+        server,
+        "/agents/scripted/runs",
+        &[
+            ("message", "elsewhere"),
+            ("session_id", "other"),
+            ("stream", "false"),
+        ],
+    )
+    .await;
     let first = post(
         server,
         "/agents/scripted/runs",
@@ -230,6 +240,11 @@ async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
         session_only
             .lines()
             .all(|line| line.contains(r#""session_id":"audit""#))
+    );
+    let everything = text(&turnstile(&["journal", "export", "--data-dir", &data_arg]).stdout);
+    assert!(
+        everything.contains(r#""session_id":"other""#)
+            && everything.lines().count() > session_only.lines().count()
     );
     // Piped to stdout: the same lines and nothing else.
     let piped = turnstile(&["journal", "export", "--data-dir", &data_arg]);
