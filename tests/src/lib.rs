@@ -278,3 +278,15 @@ pub fn start_command(session: &str, message: &str, multitask: Multitask) -> Star
         attachments: Vec::new(),
     }
 }
+
+/// `GET path` on the server, its body as JSON.
+pub async fn get_json(server: &Server, path: &str) -> serde_json::Value {
+    http_client()
+        .get(server.url(path))
+        .send()
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .expect("a JSON body")
+}

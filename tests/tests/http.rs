@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use turnstile_tests::{Server, event_types, http_client as client, parse_sse};
+use turnstile_tests::{Server, event_types, get_json, http_client as client, parse_sse};
 
 async fn post_form(server: &Server, path: &str, form: &[(&str, &str)]) -> reqwest::Response {
     client()
@@ -35,33 +35,12 @@ async fn run_json(server: &Server, session: &str, message: &str) -> Value {
 async fn health_agents_and_unknown_ids() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    let health: Value = client()
-        .get(server.url("/health"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health: Value = get_json(&server, "/health").await;
     assert_eq!(health, json!({"status": "ok"}));
-    let agents: Value = client()
-        .get(server.url("/agents"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let agents: Value = get_json(&server, "/agents").await;
     assert_eq!(agents[0]["id"], "scripted");
     assert_eq!(agents[0]["metadata"]["sdk"], "scripted");
-    let agent: Value = client()
-        .get(server.url("/agents/scripted"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let agent: Value = get_json(&server, "/agents/scripted").await;
     assert_eq!(agent["model"]["provider"], "turnstile");
     for path in [
         "/agents/nobody",
@@ -120,14 +99,7 @@ async fn a_streamed_run_sends_its_events_in_order() {
     assert_eq!(frames[2].data["tool"]["result"], "ok:Read");
     // The run reads back the same from the journal.
     let run_id = completed["run_id"].as_str().unwrap();
-    let run: Value = client()
-        .get(server.url(&format!("/agents/scripted/runs/{run_id}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let run: Value = get_json(&server, &format!("/agents/scripted/runs/{run_id}")).await;
     assert_eq!(run["status"], "COMPLETED");
     assert_eq!(run["tools"][0]["tool_name"], "Read");
 }
@@ -271,14 +243,11 @@ async fn a_client_that_disconnects_mid_stream_neither_cancels_nor_loses_the_run(
         .to_owned();
     drop(response);
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    let run: Value = client()
-        .get(server.url(&format!("/agents/scripted/runs/{run_id}?session_id=gone")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let run: Value = get_json(
+        &server,
+        &format!("/agents/scripted/runs/{run_id}?session_id=gone"),
+    )
+    .await;
     assert_eq!(run["status"], "COMPLETED");
     assert_eq!(run["content"], "survived");
     assert_eq!(run["tools"].as_array().unwrap().len(), 1);
@@ -301,14 +270,7 @@ async fn runs_read_back_from_the_journal_after_a_restart_and_after_a_crash() {
     server.terminate();
 
     let server = Server::start(dir.path());
-    let after: Value = client()
-        .get(server.url(&run_path))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let after: Value = get_json(&server, &run_path).await;
     for field in [
         "run_id",
         "session_id",
@@ -326,17 +288,14 @@ async fn runs_read_back_from_the_journal_after_a_restart_and_after_a_crash() {
 
     // After SIGKILL the acknowledged runs are still there.
     let server = Server::start(dir.path());
-    let crashed: Value = client()
-        .get(server.url(&format!(
+    let crashed: Value = get_json(
+        &server,
+        &format!(
             "/agents/scripted/runs/{}",
             second["run_id"].as_str().unwrap()
-        )))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        ),
+    )
+    .await;
     assert_eq!(crashed["status"], "COMPLETED");
     assert_eq!(crashed["content"], second["content"]);
 }

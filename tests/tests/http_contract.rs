@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use serde_json::Value;
-use turnstile_tests::{Server, http_client as client};
+use turnstile_tests::{Server, get_json, http_client as client};
 
 /// (method, path) of every `.route(...)` in the gateway's router source.
 fn routed() -> Vec<(String, String)> {
@@ -34,14 +34,7 @@ fn routed() -> Vec<(String, String)> {
 async fn every_routed_path_is_in_the_openapi_document() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    let document: Value = client()
-        .get(server.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let document: Value = get_json(&server, "/openapi.json").await;
     assert_eq!(document["openapi"], "3.1.0");
     let routes = routed();
     assert!(routes.len() >= 18, "found only {routes:?}");
@@ -86,14 +79,7 @@ async fn hostile_requests_get_a_clear_4xx_and_change_nothing() {
         .text()
         .await
         .unwrap();
-    let before_sessions: Value = client()
-        .get(server.url("/sessions"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let before_sessions: Value = get_json(&server, "/sessions").await;
 
     let runs = "/agents/scripted/runs";
     let huge = "x".repeat(17 * 1024 * 1024);
@@ -465,14 +451,7 @@ async fn hostile_requests_get_a_clear_4xx_and_change_nothing() {
         .text()
         .await
         .unwrap();
-    let after_sessions: Value = client()
-        .get(server.url("/sessions"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let after_sessions: Value = get_json(&server, "/sessions").await;
     assert_eq!(
         count(&after_metrics, "turnstile_journal_records "),
         count(&before_metrics, "turnstile_journal_records ")

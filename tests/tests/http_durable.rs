@@ -6,7 +6,9 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use turnstile_tests::{Frame, Server, event_types, http_client as client, parse_sse, write_config};
+use turnstile_tests::{
+    Frame, Server, event_types, get_json, http_client as client, parse_sse, write_config,
+};
 
 async fn post(server: &Server, path: &str, form: &[(&str, &str)]) -> reqwest::Response {
     client()
@@ -18,14 +20,7 @@ async fn post(server: &Server, path: &str, form: &[(&str, &str)]) -> reqwest::Re
 }
 
 async fn get_run(server: &Server, run_id: &str) -> Value {
-    client()
-        .get(server.url(&format!("/agents/scripted/runs/{run_id}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    get_json(&server, &format!("/agents/scripted/runs/{run_id}")).await
 }
 
 async fn wait_for_end(server: &Server, run_id: &str) -> Value {

@@ -2,7 +2,7 @@
 //! `details.model`, agno's daily aggregates, and the Prometheus counters.
 
 use serde_json::Value;
-use turnstile_tests::{Server, http_client as client};
+use turnstile_tests::{Server, get_json, http_client as client};
 
 async fn run(server: &Server, session: &str, user: &str, message: &str) -> Value {
     client()
@@ -47,14 +47,7 @@ async fn runs_days_and_runtime_counters() {
     assert_eq!(metrics["details"]["model"][0]["id"], "scripted");
     assert_eq!(metrics["details"]["model"][0]["provider"], "turnstile");
 
-    let daily: Value = client()
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let daily: Value = get_json(&server, "/metrics").await;
     let days = daily["metrics"].as_array().unwrap();
     assert_eq!(days.len(), 1, "{daily}");
     let today = &days[0];
@@ -65,14 +58,7 @@ async fn runs_days_and_runtime_counters() {
     assert_eq!(today["token_metrics"]["cost"], 0.75);
     assert_eq!(today["model_metrics"][0]["model_id"], "scripted");
     assert_eq!(today["model_metrics"][0]["count"], 3);
-    let none: Value = client()
-        .get(server.url("/metrics?starting_date=2999-01-01"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let none: Value = get_json(&server, "/metrics?starting_date=2999-01-01").await;
     assert_eq!(none["metrics"].as_array().unwrap().len(), 0);
     assert_eq!(
         client()

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use turnstile_tests::{Server, event_types, http_client as client, parse_sse};
+use turnstile_tests::{Server, event_types, get_json, http_client as client, parse_sse};
 
 async fn run(server: &Server, session: &str, message: &str) -> Value {
     client()
@@ -34,16 +34,11 @@ async fn checkpoints_list_each_tool_batch_then_the_end() {
     )
     .await;
     let run_id = source["run_id"].as_str().unwrap();
-    let body: Value = client()
-        .get(server.url(&format!(
-            "/agents/scripted/runs/{run_id}/checkpoints?session_id=s"
-        )))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body: Value = get_json(
+        &server,
+        &format!("/agents/scripted/runs/{run_id}/checkpoints?session_id=s"),
+    )
+    .await;
     assert_eq!(body["run_id"], run_id);
     let checkpoints = body["checkpoints"].as_array().unwrap();
     let summary: Vec<(Value, Value, Value, Value)> = checkpoints
@@ -151,14 +146,7 @@ async fn continue_answers_like_runs_and_records_the_lineage() {
         .unwrap();
     assert_eq!(accepted.status(), 202);
 
-    let unchanged: Value = client()
-        .get(server.url(&format!("/agents/scripted/runs/{run_id}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let unchanged: Value = get_json(&server, &format!("/agents/scripted/runs/{run_id}")).await;
     assert_eq!(unchanged["content"], "done");
     assert_eq!(unchanged["forked_from_run_id"], Value::Null);
 }

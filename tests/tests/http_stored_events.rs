@@ -3,7 +3,7 @@
 //! other agents list none; the journal keeps every event either way.
 
 use serde_json::Value;
-use turnstile_tests::{Server, http_client as client, parse_sse};
+use turnstile_tests::{Server, get_json, http_client as client, parse_sse};
 
 const CONFIG: &str = r#"
 [[agents]]
@@ -36,14 +36,7 @@ async fn streamed_run(server: &Server, agent: &str) -> Value {
         .as_str()
         .unwrap()
         .to_owned();
-    client()
-        .get(server.url(&format!("/agents/{agent}/runs/{run_id}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    get_json(&server, &format!("/agents/{agent}/runs/{run_id}")).await
 }
 
 fn kinds(run: &Value) -> Vec<String> {
