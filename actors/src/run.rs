@@ -392,7 +392,36 @@ impl RunTask {
             ),
         };
         let usage = &outcome.usage;
-        let metrics = json!({
+        let models: Vec<Value> = if usage.models.is_empty() {
+            vec![json!({
+                "id": self.model.0,
+                "provider": self.model.1,
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "total_tokens": usage.input_tokens + usage.output_tokens,
+                "cache_read_tokens": usage.cache_read_tokens,
+                "cache_write_tokens": usage.cache_write_tokens,
+                "cost": usage.cost_usd,
+            })]
+        } else {
+            usage
+                .models
+                .iter()
+                .map(|model| {
+                    json!({
+                        "id": model.id,
+                        "provider": model.provider,
+                        "input_tokens": model.input_tokens,
+                        "output_tokens": model.output_tokens,
+                        "total_tokens": model.input_tokens + model.output_tokens,
+                        "cache_read_tokens": model.cache_read_tokens,
+                        "cache_write_tokens": model.cache_write_tokens,
+                        "cost": model.cost_usd,
+                    })
+                })
+                .collect()
+        };
+        let mut metrics = json!({
             "input_tokens": usage.input_tokens,
             "output_tokens": usage.output_tokens,
             "total_tokens": usage.input_tokens + usage.output_tokens,
@@ -402,17 +431,11 @@ impl RunTask {
             "cost": usage.cost_usd,
             "duration": started.elapsed().as_secs_f64(),
             "time_to_first_token": first_token,
-            "details": {"model": [{
-                "id": self.model.0,
-                "provider": self.model.1,
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-                "total_tokens": usage.input_tokens + usage.output_tokens,
-                "cache_read_tokens": usage.cache_read_tokens,
-                "cache_write_tokens": usage.cache_write_tokens,
-                "cost": usage.cost_usd,
-            }]},
+            "details": {"model": models},
         });
+        if !usage.additional.is_empty() {
+            metrics["additional_metrics"] = Value::Object(usage.additional.clone());
+        }
         let index = self.take_index();
         vec![
             self.identity.emitted(

@@ -728,6 +728,9 @@ impl Runtime {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         self.inner.system.stop();
+        for agent in self.inner.shared.agents.values() {
+            agent.harness.shutdown();
+        }
         let thread = self
             .inner
             .thread

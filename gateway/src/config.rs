@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 use turnstile_actors::{AgentSpec, RetryPolicy};
-use turnstile_harness::ScriptedHarness;
+use turnstile_harness::{ClaudeCodeHarness, ClaudeCodeOptions, Harness, ScriptedHarness};
 
 /// The whole file.
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -116,6 +116,9 @@ pub struct AgentConfig {
     /// Environment for the CLI.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// **ext**: warm CLI processes kept between turns (least recently used evicted; 0:
+    /// a process per turn).
+    pub warm_processes: Option<usize>,
 }
 
 fn one() -> f64 {
@@ -146,6 +149,7 @@ fn default_agents() -> Vec<AgentConfig> {
         store_events: false,
         events_to_skip: None,
         env: BTreeMap::new(),
+        warm_processes: None,
     }]
 }
 
@@ -258,8 +262,34 @@ impl Config {
         self.agents
             .iter()
             .map(|agent| {
-                let harness = match agent.harness.as_str() {
+                let cwd = agent
+                    .cwd
+                    .clone()
+                    .unwrap_or_else(|| self.server.data_dir.join("workspace"));
+                let harness: Arc<dyn Harness> = match agent.harness.as_str() {
                     "scripted" => Arc::new(ScriptedHarness),
+                    "claude-code" => {
+                        let mut options = ClaudeCodeOptions::new(
+                            agent.claude_bin.clone().unwrap_or_else(|| "claude".into()),
+                            cwd.clone(),
+                            self.server.data_dir.join("harness").join(&agent.id),
+                        );
+                        if let Some(model) = &agent.model {
+                            options.model = model.clone();
+                        }
+                        options.permission_mode = agent.permission_mode.clone();
+                        options.allowed_tools = agent.allowed_tools.clone();
+                        options.disallowed_tools = agent.disallowed_tools.clone();
+                        options.max_turns = agent.max_turns;
+                        options.max_budget_usd = agent.max_budget_usd;
+                        options.system_prompt = agent.system_prompt.clone();
+                        options.mcp_config = agent.mcp_config.clone();
+                        options.env = agent.env.clone();
+                        if let Some(warm) = agent.warm_processes {
+                            options.warm_processes = warm;
+                        }
+                        Arc::new(ClaudeCodeHarness::new(options))
+                    }
                     other => {
                         return Err(ConfigError::Invalid(format!(
                             "agent {:?}: the {other} harness is not available in this build yet",
@@ -278,10 +308,7 @@ impl Config {
                         exponential_backoff: agent.exponential_backoff,
                     },
                     // Without a configured cwd an agent works inside the data directory.
-                    cwd: agent
-                        .cwd
-                        .clone()
-                        .unwrap_or_else(|| self.server.data_dir.join("workspace")),
+                    cwd,
                     keep_uploads: agent.keep_uploads,
                 })
             })

@@ -8,6 +8,7 @@
 //!
 //! This crate does not journal, schedule or retry: the actors do that.
 
+pub mod claude;
 pub mod scripted;
 
 use futures::future::BoxFuture;
@@ -16,6 +17,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use turnstile_journal::{RunId, SessionId};
 
+pub use claude::{ClaudeCodeHarness, ClaudeCodeOptions};
 pub use scripted::ScriptedHarness;
 
 /// Who the harness is, for agent listings and `RunStarted`.
@@ -117,6 +119,31 @@ pub struct Usage {
     /// Reasoning tokens.
     pub reasoning_tokens: u64,
     /// Cost in US dollars, when the harness knows it.
+    pub cost_usd: Option<f64>,
+    /// Usage per model, when the harness reports it (one `details.model` entry each).
+    #[serde(default)]
+    pub models: Vec<ModelUsage>,
+    /// Harness-specific numbers (`num_turns`, `api_duration`): agno's `additional_metrics`.
+    #[serde(default)]
+    pub additional: serde_json::Map<String, serde_json::Value>,
+}
+
+/// One model's share of a turn's usage.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelUsage {
+    /// Model id.
+    pub id: String,
+    /// Provider.
+    pub provider: String,
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Tokens read from the prompt cache.
+    pub cache_read_tokens: u64,
+    /// Tokens written to the prompt cache.
+    pub cache_write_tokens: u64,
+    /// Cost in US dollars.
     pub cost_usd: Option<f64>,
 }
 
@@ -261,4 +288,8 @@ pub trait Harness: Send + Sync + 'static {
         &self,
         request: CompactRequest,
     ) -> BoxFuture<'static, Result<Compaction, HarnessError>>;
+
+    /// Stops whatever the harness keeps running between turns (warm CLI processes);
+    /// the runtime calls it when it shuts down.
+    fn shutdown(&self) {}
 }

@@ -4,6 +4,8 @@
 //! Nothing here mocks a project crate: servers are the built binary, journals are
 //! sled on a temporary directory.
 
+pub mod fake_anthropic;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
