@@ -397,7 +397,7 @@ impl ClaudeCodeHarness {
             &options.model,
         ]);
         let (harness_session_id, text) = match &request.harness_session_id {
-            Some(id) => {
+            Some(id) if !request.transcript.is_empty() => {
                 command.args(["--resume", id]);
                 let mut text = String::new();
                 for line in &request.transcript {
@@ -406,14 +406,22 @@ impl ClaudeCodeHarness {
                 }
                 (id.clone(), text)
             }
-            None => {
-                let id = uuid::Uuid::now_v7().to_string();
+            // A fresh session, or a fork that keeps nothing (continuing from message 0).
+            fresh => {
+                let id = fresh
+                    .clone()
+                    .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
                 command.args(["--session-id", &id]);
                 (id, String::new())
             }
         };
         let path = project.join(format!("{harness_session_id}.jsonl"));
-        std::fs::write(&path, &text).map_err(|e| io_error("writing the transcript", e))?;
+        if text.is_empty() {
+            // The CLI refuses a session id whose file exists.
+            let _ = std::fs::remove_file(&path);
+        } else {
+            std::fs::write(&path, &text).map_err(|e| io_error("writing the transcript", e))?;
+        }
         if let Some(mode) = &options.permission_mode {
             command.args(["--permission-mode", mode]);
         }

@@ -9,6 +9,7 @@
 //! |---|---|
 //! | `@bash CMD` | calls `Bash` with `{"command": CMD}` |
 //! | `@read PATH` | calls `Read` with `{"file_path": PATH}` |
+//! | `@read-attached` | reads the first file the runtime's attachment note names |
 //! | `@task PROMPT` | calls the subagent tool (`Task`/`Agent`) with PROMPT (which may hold directives for the subagent, separated by `;;`) |
 //! | `@tool NAME JSON` | calls any tool |
 //! | `@json JSON` | answers through the structured-output tool with JSON |
@@ -387,6 +388,18 @@ fn plan(state: &Mutex<State>, body: &Value) -> Turn {
                 json!({"command": rest, "description": "run it"}),
             )),
             "read" => steps.push(("Read".into(), json!({"file_path": rest}))),
+            "read-attached" => {
+                // The runtime's note: "Attached files (in DIR):\n- NAME (TYPE, N bytes)".
+                let path = prompt.split_once("(in ").and_then(|(_, after)| {
+                    let (dir, list) = after.split_once("):")?;
+                    let name = list.trim_start().strip_prefix("- ")?.split(" (").next()?;
+                    Some(format!("{dir}/{name}"))
+                });
+                steps.push((
+                    "Read".into(),
+                    json!({"file_path": path.unwrap_or_default()}),
+                ));
+            }
             "task" => {
                 let tool = tool_named(body, &["Task", "Agent"], "Task");
                 steps.push((

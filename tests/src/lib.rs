@@ -4,6 +4,7 @@
 //! Nothing here mocks a project crate: servers are the built binary, journals are
 //! sled on a temporary directory.
 
+pub mod claude;
 pub mod fake_anthropic;
 
 use std::io::{BufRead, BufReader};

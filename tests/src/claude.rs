@@ -1,0 +1,88 @@
+//! Helpers for the tests that run the real `claude` CLI against the fake Messages API.
+//!
+//! `.ci/run` installs the CLI and sets `TURNSTILE_CLAUDE_BIN`; without it the tests look
+//! where `.ci/run` puts it. A test that needs the CLI fails, never skips, when `CI` is
+//! set and the CLI is missing.
+
+use std::path::{Path, PathBuf};
+
+use crate::fake_anthropic::FakeAnthropic;
+
+/// The `claude` binary, or `None` (with a note) outside CI when it is not installed.
+pub fn claude_bin() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("TURNSTILE_CLAUDE_BIN").map(PathBuf::from)
+        && path.exists()
+    {
+        return Some(path);
+    }
+    let installed = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/clis/node_modules/@anthropic-ai/claude-code-linux-x64/claude");
+    if installed.exists() {
+        return Some(installed);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "the claude CLI is missing: .ci/run installs it; or set TURNSTILE_CLAUDE_BIN"
+    );
+    eprintln!("skipped: no claude CLI (set TURNSTILE_CLAUDE_BIN or run .ci/run)");
+    None
+}
+
+/// A configuration with one `claude` agent talking to `fake`; `server` and `agent`
+/// add lines to `[server]` and to the agent.
+pub fn claude_config(
+    dir: &Path,
+    bin: &Path,
+    fake: &FakeAnthropic,
+    server: &str,
+    agent: &str,
+) -> PathBuf {
+    let workspace = dir.join("workspace");
+    std::fs::create_dir_all(&workspace).expect("workspace");
+    let path = dir.join("turnstile.toml");
+    let text = format!(
+        r#"[server]
+max_concurrent_runs = 4
+{server}
+
+[[agents]]
+id = "claude"
+name = "Claude Code"
+harness = "claude-code"
+claude_bin = "{bin}"
+cwd = "{workspace}"
+allowed_tools = ["Bash(echo:*)", "Bash(sleep:*)", "Read", "Task", "Agent"]
+env = {{ ANTHROPIC_BASE_URL = "{url}", ANTHROPIC_API_KEY = "test-key" }}
+{agent}
+"#,
+        bin = bin.display(),
+        workspace = workspace.display(),
+        url = fake.base_url,
+    );
+    std::fs::write(&path, text).expect("write the configuration");
+    path
+}
+
+/// Processes whose `CLAUDE_CONFIG_DIR` lies under `data_dir`: the CLIs a server started.
+pub fn cli_pids(data_dir: &Path) -> Vec<u32> {
+    let needle = format!("CLAUDE_CONFIG_DIR={}", data_dir.display());
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+                environ
+                    .split(|b| *b == 0)
+                    .any(|var| var.starts_with(needle.as_bytes()))
+            })
+        })
+        .filter(|pid| {
+            // A zombie has exited already.
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|stat| !stat.contains(") Z "))
+        })
+        .collect()
+}
