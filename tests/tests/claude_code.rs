@@ -47,13 +47,23 @@ fn exported(data_dir: &Path) -> Vec<Value> {
         .collect()
 }
 
-/// The transcript lines the journal holds, in order.
+/// The transcript lines the journal holds, in order (mirrored one by one, or with
+/// a compaction outside a turn).
 fn journaled_lines(events: &[Value]) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| e["event"]["TranscriptLineAppended"]["line"].as_str())
-        .map(str::to_owned)
-        .collect()
+    let mut lines = Vec::new();
+    for event in events {
+        if let Some(line) = event["event"]["TranscriptLineAppended"]["line"].as_str() {
+            lines.push(line.to_owned());
+        }
+        for line in event["event"]["TranscriptCompacted"]["lines"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            lines.push(line.as_str().unwrap().to_owned());
+        }
+    }
+    lines
 }
 
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
@@ -200,4 +210,291 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+/// The text the fake model saw in the last request of the prompt holding `marker`.
+fn seen_by_model(fake: &FakeAnthropic, marker: &str) -> String {
+    fake.message_requests()
+        .iter()
+        .rev()
+        .find(|r| r.prompt_text().contains(marker))
+        .unwrap_or_else(|| panic!("no request with {marker}"))
+        .conversation_text()
+}
+
+#[tokio::test]
+async fn a_session_resumes_after_restart_passivation_and_on_another_server() {
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeAnthropic::start();
+    let dir = tempfile::tempdir().unwrap();
+    // No warm processes: every turn starts the CLI from the journal's transcript.
+    let config = claude_config(
+        dir.path(),
+        &bin,
+        &fake,
+        "session_idle_s = 1",
+        "warm_processes = 0",
+    );
+    let config = config.to_str().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start_with(&data, &["--config", config]);
+    let first = run(
+        &server,
+        "s",
+        "The secret is KIWI-42.\n@bash echo tool-said-MANGO\n@reply noted",
+    )
+    .await;
+    assert_eq!(first["status"], "COMPLETED", "{first}");
+    server.terminate();
+
+    // The CLI's own files are disposable: the journal alone restores the session.
+    std::fs::remove_dir_all(data.join("harness")).unwrap();
+    let server = Server::start_with(&data, &["--config", config]);
+    let second = run(&server, "s", "after restart\n@reply second answer").await;
+    assert_eq!(second["status"], "COMPLETED", "{second}");
+    let seen = seen_by_model(&fake, "after restart");
+    for earlier in ["KIWI-42", "tool-said-MANGO", "noted"] {
+        assert!(
+            seen.contains(earlier),
+            "the model did not see {earlier:?}: {seen}"
+        );
+    }
+
+    // After passivation (idle 1 s; actors check every 5 s) the next turn resumes too.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = client()
+            .get(server.url("/metrics/prometheus"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if text.contains("turnstile_sessions_passivated 1") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the session never passivated: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let third = run(&server, "s", "after passivation\n@reply third answer").await;
+    assert_eq!(third["status"], "COMPLETED", "{third}");
+    let seen = seen_by_model(&fake, "after passivation");
+    assert!(
+        seen.contains("KIWI-42") && seen.contains("second answer"),
+        "{seen}"
+    );
+    server.terminate();
+
+    // A second machine: a copy made with export and import, no CLI files at all.
+    let export = dir.path().join("journal.jsonl");
+    let out = turnstile(&[
+        "journal",
+        "export",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--out",
+        export.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let other = dir.path().join("other");
+    let out = turnstile(&[
+        "journal",
+        "import",
+        "--in",
+        export.to_str().unwrap(),
+        "--data-dir",
+        other.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let server = Server::start_with(&other, &["--config", config]);
+    let fourth = run(&server, "s", "on the other server\n@reply fourth answer").await;
+    assert_eq!(fourth["status"], "COMPLETED", "{fourth}");
+    let seen = seen_by_model(&fake, "on the other server");
+    for earlier in [
+        "KIWI-42",
+        "tool-said-MANGO",
+        "second answer",
+        "third answer",
+    ] {
+        assert!(
+            seen.contains(earlier),
+            "the model did not see {earlier:?}: {seen}"
+        );
+    }
+    let session = get_json(&server, "/sessions/s").await;
+    assert_eq!(session["runs"].as_array().map(Vec::len).unwrap_or(4), 4);
+    server.terminate();
+}
+
+#[tokio::test]
+async fn continuing_from_a_tool_checkpoint_forks_the_claude_session() {
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeAnthropic::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = claude_config(dir.path(), &bin, &fake, "", "");
+    let data = dir.path().join("data");
+    let server = Server::start_with(&data, &["--config", config.to_str().unwrap()]);
+    let source = run(
+        &server,
+        "s",
+        "two steps\n@bash echo step-ONE\n@bash echo step-TWO\n@reply both done",
+    )
+    .await;
+    assert_eq!(source["status"], "COMPLETED", "{source}");
+    let later = run(&server, "s", "a later turn LATER-MARK\n@reply later").await;
+    assert_eq!(later["status"], "COMPLETED", "{later}");
+    let run_id = source["run_id"].as_str().unwrap();
+    let checkpoints = get_json(
+        &server,
+        &format!("/agents/claude/runs/{run_id}/checkpoints?session_id=s"),
+    )
+    .await;
+    let first = &checkpoints["checkpoints"][0];
+    assert_eq!(first["reason"], "checkpoint", "{checkpoints}");
+    let index = first["message_index"].to_string();
+
+    let continued: Value = client()
+        .post(server.url(&format!("/agents/claude/runs/{run_id}/continue")))
+        .form(&[
+            ("continue_from", index.as_str()),
+            ("input", "go on from there FORK-MARK\n@reply forked answer"),
+            ("stream", "false"),
+            ("session_id", "s"),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(continued["status"], "COMPLETED", "{continued}");
+    assert_eq!(continued["content"], "forked answer");
+    assert_eq!(continued["forked_from_run_id"], run_id);
+    let request = fake
+        .message_requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.prompt_text().contains("FORK-MARK"))
+        .unwrap();
+    let seen = request.conversation_text();
+    assert!(seen.contains(r#""command":"echo step-ONE""#), "{seen}");
+    let results = seen_tool_results(&request.body);
+    assert_eq!(results, ["step-ONE"], "the fork keeps the first batch only");
+    for later in [r#""command":"echo step-TWO""#, "LATER-MARK"] {
+        assert!(!seen.contains(later), "the fork saw {later:?}: {seen}");
+    }
+    // The source run is untouched.
+    let again = get_json(
+        &server,
+        &format!("/agents/claude/runs/{run_id}?session_id=s"),
+    )
+    .await;
+    assert_eq!(again["content"], "both done");
+    assert_eq!(again["tools"].as_array().unwrap().len(), 2);
+    // The next turn follows the newest branch: the fork.
+    let next = run(&server, "s", "next NEXT-MARK\n@reply next").await;
+    assert_eq!(next["status"], "COMPLETED", "{next}");
+    let seen = seen_by_model(&fake, "NEXT-MARK");
+    assert!(
+        seen.contains("FORK-MARK") && !seen.contains("LATER-MARK"),
+        "{seen}"
+    );
+    server.terminate();
+}
+
+#[tokio::test]
+async fn compaction_goes_through_the_cli_and_survives_a_restart() {
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeAnthropic::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = claude_config(dir.path(), &bin, &fake, "", "");
+    let config = config.to_str().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start_with(&data, &["--config", config]);
+    for (i, marker) in ["OLD-ONE", "OLD-TWO"].iter().enumerate() {
+        let answer = run(
+            &server,
+            "s",
+            &format!("turn {i} {marker}\n@reply answer {i}"),
+        )
+        .await;
+        assert_eq!(answer["status"], "COMPLETED", "{answer}");
+    }
+    let compacted: Value = client()
+        .post(server.url("/agents/claude/sessions/s/compact"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(compacted["compacted"], true, "{compacted}");
+    assert_eq!(compacted["status"], "compacted");
+    server.terminate();
+
+    let events = exported(&data);
+    let lines = journaled_lines(&events);
+    assert!(
+        lines.iter().any(|l| l.contains("compact_boundary")),
+        "no boundary journaled"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("FAKE SUMMARY")),
+        "no summary journaled"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event"].get("TranscriptCompacted").is_some())
+    );
+
+    std::fs::remove_dir_all(data.join("harness")).unwrap();
+    let server = Server::start_with(&data, &["--config", config]);
+    let after = run(&server, "s", "after compaction AFTER-MARK\n@reply fine").await;
+    assert_eq!(after["status"], "COMPLETED", "{after}");
+    let seen = seen_by_model(&fake, "AFTER-MARK");
+    assert!(seen.contains("FAKE SUMMARY"), "{seen}");
+    assert!(
+        !seen.contains("OLD-ONE"),
+        "the compacted turn is still sent: {seen}"
+    );
+
+    // `/compact` as a message compacts too.
+    let message = run(&server, "s", "/compact").await;
+    assert_eq!(message["status"], "COMPLETED", "{message}");
+    server.terminate();
+    let events = exported(&data);
+    let compactions = events
+        .iter()
+        .filter(|e| e["event"].get("TranscriptCompacted").is_some())
+        .count();
+    assert_eq!(compactions, 2);
+}
+
+/// The tool results in a request's messages, in order.
+fn seen_tool_results(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| match &b["content"] {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        })
+        .collect()
 }
