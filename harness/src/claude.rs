@@ -261,11 +261,17 @@ impl CliProcess {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Kills the process group (the CLI and the commands its tools started).
+    /// Kills the CLI, its process group and every process it started (its tools run
+    /// commands in groups of their own), collected before any dies so none is
+    /// orphaned out of reach.
     fn kill(&mut self) {
         if let Some(pid) = self.child.id() {
+            let mut targets: Vec<String> = descendants(pid).iter().map(u32::to_string).collect();
+            targets.push(format!("-{pid}"));
             let _ = std::process::Command::new("kill")
-                .args(["-KILL", "--", &format!("-{pid}")])
+                .arg("-KILL")
+                .arg("--")
+                .args(&targets)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status();
@@ -285,6 +291,41 @@ impl Drop for CliProcess {
             self.kill();
         }
     }
+}
+
+/// Every process below `root`, from `/proc` (empty where there is no `/proc`).
+fn descendants(root: u32) -> Vec<u32> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+        let Some(ppid) = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|ppid| ppid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        children.entry(ppid).or_default().push(pid);
+    }
+    let mut found = Vec::new();
+    let mut next = vec![root];
+    while let Some(pid) = next.pop() {
+        for child in children.get(&pid).into_iter().flatten() {
+            found.push(*child);
+            next.push(*child);
+        }
+    }
+    found
 }
 
 /// Reads the lines appended to a transcript file, keeping those read ahead.

@@ -297,42 +297,53 @@ impl Turn {
     }
 }
 
-/// The last user message that carries text of its own (the prompt), and its text.
-fn prompt_of(body: &Value) -> Option<(usize, String)> {
+/// Where the prompt is: the newest user text block that is not a system reminder
+/// (the CLI merges consecutive user messages, so a prompt can share its message with
+/// earlier tool results or an earlier copy of itself), as (message, block, text).
+fn prompt_at(body: &Value) -> Option<(usize, usize, String)> {
     let messages = body["messages"].as_array()?;
     messages.iter().enumerate().rev().find_map(|(at, message)| {
         if message["role"] != "user" {
             return None;
         }
-        let text = match &message["content"] {
-            Value::String(text) => text.clone(),
-            Value::Array(blocks) => blocks
-                .iter()
-                .filter(|b| b["type"] == "text")
-                .filter_map(|b| b["text"].as_str())
-                .filter(|t| !t.trim_start().starts_with("<system-reminder>"))
-                .collect::<Vec<_>>()
-                .join("\n"),
-            _ => String::new(),
-        };
-        (!text.trim().is_empty()).then_some((at, text))
+        match &message["content"] {
+            Value::String(text) if !text.trim().is_empty() => Some((at, 0, text.clone())),
+            Value::Array(blocks) => blocks.iter().enumerate().rev().find_map(|(block_at, b)| {
+                let text = b["text"].as_str().filter(|_| b["type"] == "text")?;
+                (!text.trim().is_empty() && !text.trim_start().starts_with("<system-reminder>"))
+                    .then(|| (at, block_at, text.to_owned()))
+            }),
+            _ => None,
+        }
     })
 }
 
+/// The last user message that carries text of its own (the prompt), and its text.
+fn prompt_of(body: &Value) -> Option<(usize, String)> {
+    prompt_at(body).map(|(at, _, text)| (at, text))
+}
+
 /// Tool results sent after the prompt: how many of the script's calls are done.
-fn results_since(body: &Value, prompt_at: usize) -> usize {
-    body["messages"]
+fn results_since(body: &Value) -> usize {
+    let Some((message_at, block_at, _)) = prompt_at(body) else {
+        return 0;
+    };
+    let Some(messages) = body["messages"].as_array() else {
+        return 0;
+    };
+    let is_result = |b: &&Value| b["type"] == "tool_result";
+    let in_prompt_message = messages[message_at]["content"]
         .as_array()
-        .map(|messages| {
-            messages[prompt_at..]
-                .iter()
-                .filter(|m| m["role"] == "user")
-                .filter_map(|m| m["content"].as_array())
-                .flatten()
-                .filter(|b| b["type"] == "tool_result")
-                .count()
-        })
-        .unwrap_or(0)
+        .map_or(0, |blocks| {
+            blocks[block_at..].iter().filter(is_result).count()
+        });
+    let later: usize = messages[message_at + 1..]
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .filter_map(|m| m["content"].as_array())
+        .map(|blocks| blocks.iter().filter(is_result).count())
+        .sum();
+    in_prompt_message + later
 }
 
 fn tool_named(body: &Value, candidates: &[&str], fallback: &str) -> String {
@@ -356,7 +367,7 @@ fn plan(state: &Mutex<State>, body: &Value) -> Turn {
         delay: Duration::ZERO,
         usage: (12, 7, 0, 0),
     };
-    let Some((prompt_at, prompt)) = prompt_of(body) else {
+    let Some((_, prompt)) = prompt_of(body) else {
         turn.blocks.push(Block::Text("Done.".into()));
         return turn;
     };
@@ -477,7 +488,7 @@ fn plan(state: &Mutex<State>, body: &Value) -> Turn {
             _ => {}
         }
     }
-    let done = results_since(body, prompt_at);
+    let done = results_since(body);
     if let Some((name, input)) = steps.get(done) {
         turn.blocks.push(Block::ToolUse {
             id: format!("toolu_fake_{}_{done}", short_hash(acting)),

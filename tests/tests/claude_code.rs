@@ -498,3 +498,316 @@ fn seen_tool_results(body: &Value) -> Vec<String> {
         })
         .collect()
 }
+
+async fn post_form(server: &Server, path: &str, form: &[(&str, &str)]) -> Value {
+    client()
+        .post(server.url(path))
+        .form(form)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// The harness session each attempt of a run used, from the journal.
+fn attempt_sessions(events: &[Value], run_id: &str) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| e["event"].get("AttemptStarted"))
+        .filter(|a| a["run_id"] == run_id)
+        .map(|a| a["harness_session_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn api_errors_are_classified_and_transient_ones_retried_on_the_same_session() {
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeAnthropic::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = claude_config(
+        dir.path(),
+        &bin,
+        &fake,
+        "",
+        "retries = 2\ndelay_between_retries_s = 0.05",
+    );
+    let data = dir.path().join("data");
+    let server = Server::start_with(&data, &["--config", config.to_str().unwrap()]);
+    let mut retried = Vec::new();
+    for status in ["529", "429", "500"] {
+        let answer = run(
+            &server,
+            "s",
+            &format!("flaky {status}\n@error {status} x1\n@reply recovered {status}"),
+        )
+        .await;
+        assert_eq!(answer["status"], "COMPLETED", "{answer}");
+        assert_eq!(answer["content"], format!("recovered {status}"));
+        assert_eq!(answer["metadata"]["attempts"], 2, "{answer}");
+        retried.push(answer["run_id"].as_str().unwrap().to_owned());
+    }
+    for (status, error_type) in [
+        ("401", "authentication"),
+        ("context", "context_window"),
+        ("400", "invalid_request"),
+    ] {
+        let marker = format!("permanent {status}");
+        let answer = run(&server, "s", &format!("{marker}\n@error {status}")).await;
+        assert_eq!(answer["status"], "ERROR", "{answer}");
+        assert_eq!(answer["metadata"]["error_type"], error_type, "{answer}");
+        assert!(
+            answer["metadata"]["attempts"].is_null(),
+            "a permanent {status} was retried: {answer}"
+        );
+        assert_eq!(answer["metadata"]["warnings"], json!([]), "{answer}");
+    }
+    server.terminate();
+    let events = exported(&data);
+    for run_id in retried {
+        let sessions = attempt_sessions(&events, &run_id);
+        assert_eq!(sessions.len(), 2, "{sessions:?}");
+        assert_eq!(
+            sessions[0], sessions[1],
+            "a retry must resume the same Claude session"
+        );
+    }
+}
+
+fn processes_running(needle: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|entry| {
+            std::fs::read(entry.path().join("cmdline")).is_ok_and(|cmdline| {
+                String::from_utf8_lossy(&cmdline)
+                    .replace('\0', " ")
+                    .contains(needle)
+            })
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn cancel_stops_the_cli_and_no_cli_outlives_the_server() {
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeAnthropic::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = claude_config(dir.path(), &bin, &fake, "", "");
+    let data = dir.path().join("data");
+    let server = Server::start_with(&data, &["--config", config.to_str().unwrap()]);
+
+    // A slow stream, cancelled once text has arrived.
+    let accepted = post_form(
+        &server,
+        "/agents/claude/runs",
+        &[
+            (
+                "message",
+                "@slow 400\n@reply one two three four five six seven eight nine ten",
+            ),
+            ("session_id", "slow"),
+            ("background", "true"),
+            ("stream", "false"),
+        ],
+    )
+    .await;
+    let run_id = accepted["run_id"].as_str().unwrap().to_owned();
+    let path = format!("/agents/claude/runs/{run_id}?session_id=slow");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while get_json(&server, &path).await["content"]
+        .as_str()
+        .unwrap_or_default()
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "no text arrived");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let cancelled_at = Instant::now();
+    post_form(
+        &server,
+        &format!("/agents/claude/runs/{run_id}/cancel"),
+        &[],
+    )
+    .await;
+    while get_json(&server, &path).await["status"] != "CANCELLED" {
+        assert!(
+            cancelled_at.elapsed() < Duration::from_secs(5),
+            "the run did not end CANCELLED"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_until("the cancelled CLI is gone", || cli_pids(&data).is_empty());
+
+    // A tool call in progress: the command the CLI started dies with it.
+    let accepted = post_form(
+        &server,
+        "/agents/claude/runs",
+        &[
+            ("message", "@bash echo started; sleep 37.25\n@reply never"),
+            ("session_id", "tool"),
+            ("background", "true"),
+            ("stream", "false"),
+        ],
+    )
+    .await;
+    let run_id = accepted["run_id"].as_str().unwrap().to_owned();
+    wait_until("the tool runs", || processes_running("sleep 37.25") > 0);
+    post_form(
+        &server,
+        &format!("/agents/claude/runs/{run_id}/cancel"),
+        &[],
+    )
+    .await;
+    let path = format!("/agents/claude/runs/{run_id}?session_id=tool");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while get_json(&server, &path).await["status"] != "CANCELLED" {
+        assert!(Instant::now() < deadline, "the run did not end CANCELLED");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_until("the tool's command is gone", || {
+        processes_running("sleep 37.25") == 0
+    });
+    wait_until("the cancelled CLI is gone", || cli_pids(&data).is_empty());
+
+    // The session takes the next turn; its warm process dies with the server.
+    let next = run(&server, "tool", "@reply after cancel").await;
+    assert_eq!(next["status"], "COMPLETED", "{next}");
+    assert_eq!(cli_pids(&data).len(), 1, "one warm process");
+    server.terminate();
+    assert!(cli_pids(&data).is_empty(), "a CLI outlived the server");
+}
+
+#[tokio::test]
+async fn structured_output_and_attachments_reach_the_cli() {
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeAnthropic::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = claude_config(dir.path(), &bin, &fake, "", "");
+    let data = dir.path().join("data");
+    let server = Server::start_with(&data, &["--config", config.to_str().unwrap()]);
+    let schema = json!({"title": "Person", "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"]})
+    .to_string();
+    let answer = post_form(
+        &server,
+        "/agents/claude/runs",
+        &[
+            ("message", "who?\n@json {\"name\": \"Ada\", \"age\": 36}"),
+            ("session_id", "s"),
+            ("stream", "false"),
+            ("output_schema", &schema),
+        ],
+    )
+    .await;
+    assert_eq!(answer["status"], "COMPLETED", "{answer}");
+    assert_eq!(answer["content"], json!({"name": "Ada", "age": 36}));
+    assert_eq!(answer["content_type"], "Person");
+    let asked = fake.message_requests();
+    let request = asked
+        .iter()
+        .rev()
+        .find(|r| r.prompt_text().contains("who?"))
+        .unwrap();
+    assert!(
+        request.body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "StructuredOutput"),
+        "the schema did not reach the CLI"
+    );
+
+    let form = reqwest::multipart::Form::new()
+        .text("message", "@read-attached\n@reply read it")
+        .text("session_id", "s")
+        .text("stream", "false")
+        .part(
+            "files",
+            reqwest::multipart::Part::bytes(b"ATTACHED-CONTENT-123\n".to_vec())
+                .file_name("notes.txt")
+                .mime_str("text/plain")
+                .unwrap(),
+        );
+    let answer: Value = client()
+        .post(server.url("/agents/claude/runs"))
+        .multipart(form)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["status"], "COMPLETED", "{answer}");
+    let read = &answer["tools"][0];
+    assert_eq!(read["tool_name"], "Read", "{answer}");
+    assert!(
+        read["tool_args"]["file_path"]
+            .as_str()
+            .unwrap()
+            .ends_with("notes.txt"),
+        "{read}"
+    );
+    assert!(
+        read["result"]
+            .as_str()
+            .unwrap()
+            .contains("ATTACHED-CONTENT-123"),
+        "{read}"
+    );
+    assert_eq!(read["tool_call_error"], false);
+    server.terminate();
+}
+
+#[tokio::test]
+async fn warm_processes_serve_turns_are_evicted_and_replaced_when_they_die() {
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeAnthropic::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = claude_config(dir.path(), &bin, &fake, "", "warm_processes = 1");
+    let data = dir.path().join("data");
+    let server = Server::start_with(&data, &["--config", config.to_str().unwrap()]);
+    let first = run(&server, "a", "first in a APPLE\n@reply one").await;
+    assert_eq!(first["status"], "COMPLETED", "{first}");
+    let warm = cli_pids(&data);
+    assert_eq!(warm.len(), 1, "{warm:?}");
+    let second = run(&server, "a", "second in a\n@reply two").await;
+    assert_eq!(second["status"], "COMPLETED", "{second}");
+    assert_eq!(
+        cli_pids(&data),
+        warm,
+        "the warm process served the next turn"
+    );
+
+    // Another session takes the only warm slot: the least recently used goes.
+    let other = run(&server, "b", "first in b\n@reply three").await;
+    assert_eq!(other["status"], "COMPLETED", "{other}");
+    wait_until("one warm process is left", || cli_pids(&data).len() == 1);
+    assert_ne!(cli_pids(&data), warm, "session a's process was evicted");
+
+    // A warm process that dies is replaced and the turn succeeds with its history.
+    let victim = cli_pids(&data)[0];
+    std::process::Command::new("kill")
+        .args(["-KILL", &victim.to_string()])
+        .status()
+        .unwrap();
+    wait_until("the warm process is dead", || {
+        !cli_pids(&data).contains(&victim)
+    });
+    let after = run(&server, "b", "after the crash BANANA\n@reply four").await;
+    assert_eq!(after["status"], "COMPLETED", "{after}");
+    assert_eq!(after["content"], "four");
+    let seen = seen_by_model(&fake, "BANANA");
+    assert!(seen.contains("first in b"), "{seen}");
+    // And session a, evicted, resumes from the journal.
+    let back = run(&server, "a", "back in a CHERRY\n@reply five").await;
+    assert_eq!(back["status"], "COMPLETED", "{back}");
+    let seen = seen_by_model(&fake, "CHERRY");
+    assert!(
+        seen.contains("APPLE") && seen.contains("second in a"),
+        "{seen}"
+    );
+    server.terminate();
+}
