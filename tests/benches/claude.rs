@@ -23,7 +23,10 @@ use turnstile_tests::claude::claude_bin;
 use turnstile_tests::fake_anthropic::FakeAnthropic;
 
 fn knob(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn median(mut samples: Vec<Duration>) -> Duration {
@@ -35,7 +38,12 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-fn cli(bin: &std::path::Path, fake: &FakeAnthropic, config: &std::path::Path, cwd: &std::path::Path) -> Command {
+fn cli(
+    bin: &std::path::Path,
+    fake: &FakeAnthropic,
+    config: &std::path::Path,
+    cwd: &std::path::Path,
+) -> Command {
     let mut command = Command::new(bin);
     command
         .current_dir(cwd)
@@ -46,11 +54,22 @@ fn cli(bin: &std::path::Path, fake: &FakeAnthropic, config: &std::path::Path, cw
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
         .env("DISABLE_TELEMETRY", "1")
         .env("DISABLE_AUTOUPDATER", "1")
-        .args(["--output-format", "stream-json", "--verbose", "--model", "claude-sonnet-4-6"]);
+        .args([
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--model",
+            "claude-sonnet-4-6",
+        ]);
     command
 }
 
-fn bare_cold(bin: &std::path::Path, fake: &FakeAnthropic, dir: &std::path::Path, turns: usize) -> Duration {
+fn bare_cold(
+    bin: &std::path::Path,
+    fake: &FakeAnthropic,
+    dir: &std::path::Path,
+    turns: usize,
+) -> Duration {
     let samples = (0..turns)
         .map(|n| {
             let started = Instant::now();
@@ -65,9 +84,19 @@ fn bare_cold(bin: &std::path::Path, fake: &FakeAnthropic, dir: &std::path::Path,
     median(samples)
 }
 
-fn bare_warm(bin: &std::path::Path, fake: &FakeAnthropic, dir: &std::path::Path, turns: usize) -> Duration {
+fn bare_warm(
+    bin: &std::path::Path,
+    fake: &FakeAnthropic,
+    dir: &std::path::Path,
+    turns: usize,
+) -> Duration {
     let mut child = cli(bin, fake, &dir.join("bare-warm"), dir)
-        .args(["-p", "--input-format", "stream-json", "--include-partial-messages"])
+        .args([
+            "-p",
+            "--input-format",
+            "stream-json",
+            "--include-partial-messages",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -99,10 +128,19 @@ fn bare_warm(bin: &std::path::Path, fake: &FakeAnthropic, dir: &std::path::Path,
     median(samples)
 }
 
-fn runtime(bin: &std::path::Path, fake: &FakeAnthropic, dir: &std::path::Path, warm: usize) -> Runtime {
+fn runtime(
+    bin: &std::path::Path,
+    fake: &FakeAnthropic,
+    dir: &std::path::Path,
+    warm: usize,
+) -> Runtime {
     let mut options = ClaudeCodeOptions::new(bin, dir, dir.join(format!("state-{warm}")));
-    options.env.insert("ANTHROPIC_BASE_URL".into(), fake.base_url.clone());
-    options.env.insert("ANTHROPIC_API_KEY".into(), "bench".into());
+    options
+        .env
+        .insert("ANTHROPIC_BASE_URL".into(), fake.base_url.clone());
+    options
+        .env
+        .insert("ANTHROPIC_API_KEY".into(), "bench".into());
     options.warm_processes = warm;
     let agent = AgentSpec {
         id: "claude".into(),
@@ -113,7 +151,11 @@ fn runtime(bin: &std::path::Path, fake: &FakeAnthropic, dir: &std::path::Path, w
         cwd: dir.to_path_buf(),
         keep_uploads: false,
     };
-    Runtime::open(RuntimeConfig::new(dir.join(format!("data-{warm}")), vec![agent])).unwrap()
+    Runtime::open(RuntimeConfig::new(
+        dir.join(format!("data-{warm}")),
+        vec![agent],
+    ))
+    .unwrap()
 }
 
 async fn runtime_turns(runtime: &Runtime, turns: usize, skip_first: bool) -> Duration {
@@ -182,5 +224,7 @@ async fn main() {
         ms(turnstile_warm),
         ms(turnstile_warm) - ms(bare_warm)
     );
-    println!("medians; the turnstile cold turns grow with the session: each restores the whole transcript from the journal");
+    println!(
+        "medians; the turnstile cold turns grow with the session: each restores the whole transcript from the journal"
+    );
 }

@@ -86,7 +86,7 @@ async fn a_streamed_turn_reports_text_tools_subagents_and_metrics() {
     let body = client()
         .post(server.url("/agents/claude/runs"))
         .form(&[
-            ("message", "@bash echo hello-tool\n@read /nonexistent/file.txt\n@task @bash echo from-sub;;@reply sub done\n@reply all done here"),
+            ("message", "@bash echo hello-tool\n@read /nonexistent/file.txt\n@task @bash echo from-sub;;@reply sub done\n@usage 100 20 30 40\n@reply all done here"),
             ("session_id", "s1"),
             ("stream", "true"),
         ])
@@ -146,6 +146,23 @@ async fn a_streamed_turn_reports_text_tools_subagents_and_metrics() {
     assert!(metrics["input_tokens"].as_u64().unwrap() > 0, "{metrics}");
     assert!(metrics["output_tokens"].as_u64().unwrap() > 0, "{metrics}");
     assert!(metrics["cost"].as_f64().unwrap() > 0.0, "{metrics}");
+    // Four model requests of the main agent at 100/20/30/40, plus the subagent's own.
+    assert!(
+        metrics["input_tokens"].as_u64().unwrap() >= 400,
+        "{metrics}"
+    );
+    assert!(
+        metrics["cache_read_tokens"].as_u64().unwrap() >= 120,
+        "{metrics}"
+    );
+    assert!(
+        metrics["cache_write_tokens"].as_u64().unwrap() >= 160,
+        "{metrics}"
+    );
+    assert_eq!(
+        metrics["total_tokens"].as_u64().unwrap(),
+        metrics["input_tokens"].as_u64().unwrap() + metrics["output_tokens"].as_u64().unwrap()
+    );
     assert_eq!(metrics["details"]["model"][0]["id"], "claude-sonnet-4-6");
     assert_eq!(metrics["details"]["model"][0]["provider"], "anthropic");
     assert_eq!(metrics["additional_metrics"]["num_turns"], 4, "{metrics}");
