@@ -722,17 +722,15 @@ async fn mirror(
 
 /// Counts conversation messages before a compaction, from the mirrored lines.
 fn observe_line(line: &str, state: &mut TurnState) {
-    if line.starts_with("{\"parentUuid\"")
+    if (line.starts_with("{\"parentUuid\"")
         || line.contains("\"type\":\"user\"")
-        || line.contains("\"type\":\"assistant\"")
+        || line.contains("\"type\":\"assistant\""))
+        && let Ok(value) = serde_json::from_str::<Value>(line)
+        && matches!(value["type"].as_str(), Some("user" | "assistant"))
+        && value["isSidechain"] != Value::Bool(true)
+        && !state.compacting
     {
-        if let Ok(value) = serde_json::from_str::<Value>(line)
-            && matches!(value["type"].as_str(), Some("user" | "assistant"))
-            && value["isSidechain"] != Value::Bool(true)
-            && !state.compacting
-        {
-            state.pre_compact_messages += 1;
-        }
+        state.pre_compact_messages += 1;
     }
 }
 
@@ -892,10 +890,8 @@ async fn drive(
                     }
                 }
             }
-            Some("system") => {
-                if message["subtype"] == "compact_boundary" {
-                    state.compacting = true;
-                }
+            Some("system") if message["subtype"] == "compact_boundary" => {
+                state.compacting = true;
             }
             Some("result") => {
                 mirror(cli, events, state, None).await?;

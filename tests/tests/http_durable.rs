@@ -20,7 +20,7 @@ async fn post(server: &Server, path: &str, form: &[(&str, &str)]) -> reqwest::Re
 }
 
 async fn get_run(server: &Server, run_id: &str) -> Value {
-    get_json(&server, &format!("/agents/scripted/runs/{run_id}")).await
+    get_json(server, &format!("/agents/scripted/runs/{run_id}")).await
 }
 
 async fn wait_for_end(server: &Server, run_id: &str) -> Value {

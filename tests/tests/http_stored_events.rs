@@ -36,7 +36,7 @@ async fn streamed_run(server: &Server, agent: &str) -> Value {
         .as_str()
         .unwrap()
         .to_owned();
-    get_json(&server, &format!("/agents/{agent}/runs/{run_id}")).await
+    get_json(server, &format!("/agents/{agent}/runs/{run_id}")).await
 }
 
 fn kinds(run: &Value) -> Vec<String> {
