@@ -828,3 +828,123 @@ async fn warm_processes_serve_turns_are_evicted_and_replaced_when_they_die() {
     );
     server.terminate();
 }
+
+/// Writes, through the journal's own API, a session whose finished turn left a Claude
+/// session with bookkeeping lines only (as a CLI killed before it saved the
+/// conversation would): the CLI will find no conversation to resume.
+async fn leave_an_unresumable_session(data: &Path) -> String {
+    use turnstile_journal::{Event, Expected, Journal, JournalOptions, RunId, SessionId};
+    let journal = Journal::open(data, JournalOptions::default()).unwrap();
+    let run_id = RunId::new_v7();
+    let claude_session = uuid::Uuid::now_v7().to_string();
+    let bookkeeping = json!({"type": "queue-operation", "operation": "enqueue",
+        "timestamp": "2026-11-30T10:00:00.000Z", "sessionId": claude_session, "content": "hello"});
+    let events = vec![
+        Event::SessionCreated {
+            agent_id: "claude".into(),
+            user_id: None,
+        },
+        Event::RunQueued {
+            run_id: run_id.clone(),
+            agent_id: "claude".into(),
+            user_id: None,
+            input: "The secret is LIME-7.".into(),
+            options: "{}".into(),
+        },
+        Event::RunStarted {
+            run_id: run_id.clone(),
+            model: "claude-sonnet-4-6".into(),
+            model_provider: "anthropic".into(),
+        },
+        Event::AttemptStarted {
+            run_id: run_id.clone(),
+            attempt: 1,
+            harness_session_id: claude_session.clone(),
+        },
+        Event::TranscriptLineAppended {
+            run_id: run_id.clone(),
+            harness_session_id: claude_session.clone(),
+            line: bookkeeping.to_string(),
+        },
+        Event::RunCompleted {
+            run_id,
+            content: "Noted the secret.".into(),
+            content_type: "str".into(),
+            metrics: "{}".into(),
+        },
+    ];
+    journal
+        .append(&SessionId::parse("lost").unwrap(), Expected::Any, events)
+        .await
+        .unwrap()
+        .unwrap();
+    journal.close().unwrap();
+    claude_session
+}
+
+#[tokio::test]
+async fn a_claude_session_that_cannot_be_resumed_falls_back_to_a_fresh_one_with_history() {
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeAnthropic::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = claude_config(dir.path(), &bin, &fake, "", "");
+    let data = dir.path().join("data");
+    let lost = leave_an_unresumable_session(&data).await;
+    let server = Server::start_with(&data, &["--config", config.to_str().unwrap()]);
+
+    let answer = run(
+        &server,
+        "lost",
+        "what was it? FALLBACK-MARK\n@reply it was lime",
+    )
+    .await;
+    assert_eq!(answer["status"], "COMPLETED", "{answer}");
+    assert_eq!(answer["content"], "it was lime");
+    let warnings = answer["metadata"]["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{answer}");
+    assert_eq!(warnings[0]["type"], "session_fallback");
+    assert!(
+        warnings[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("No conversation found"),
+        "{answer}"
+    );
+    // The fresh Claude session was seeded with the history, the current message last.
+    let prompt = fake
+        .message_requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.prompt_text().contains("FALLBACK-MARK"))
+        .unwrap()
+        .prompt_text();
+    assert!(prompt.starts_with("Previous conversation"), "{prompt}");
+    assert!(
+        prompt.contains("user: The secret is LIME-7.")
+            && prompt.contains("assistant: Noted the secret."),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("Current message:\nwhat was it? FALLBACK-MARK"),
+        "{prompt}"
+    );
+
+    // The next turn resumes the new Claude session: no second fallback.
+    let next = run(&server, "lost", "and now? NEXT-MARK\n@reply still lime").await;
+    assert_eq!(next["status"], "COMPLETED", "{next}");
+    assert_eq!(next["metadata"]["warnings"], json!([]), "{next}");
+    let seen = seen_by_model(&fake, "NEXT-MARK");
+    assert!(
+        seen.contains("LIME-7") && seen.contains("it was lime"),
+        "{seen}"
+    );
+    server.terminate();
+    let events = exported(&data);
+    let sessions: HashSet<String> = events
+        .iter()
+        .filter_map(|e| e["event"].get("AttemptStarted"))
+        .map(|a| a["harness_session_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(sessions.len(), 2, "{sessions:?}");
+    assert!(sessions.contains(&lost));
+}
