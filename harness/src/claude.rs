@@ -384,8 +384,9 @@ pub fn project_key(cwd: &Path) -> String {
 struct TurnState {
     tools: HashMap<String, ToolCall>,
     streamed_messages: HashSet<String>,
-    emitted: usize,
     journaled_lines: usize,
+    /// The lines mirrored in this turn, in order.
+    mirrored: Vec<String>,
     compacting: bool,
     compact_summary: Option<String>,
     pre_compact_messages: u32,
@@ -548,7 +549,7 @@ impl ClaudeCodeHarness {
 
     async fn turn(
         self,
-        request: TurnRequest,
+        mut request: TurnRequest,
         events: EventSink,
         cancel: CancellationToken,
     ) -> Result<TurnOutcome, HarnessError> {
@@ -559,12 +560,23 @@ impl ClaudeCodeHarness {
             request.transcript.len(),
             schema.as_deref(),
         );
+        let mut announced = false;
         loop {
             let warm = process.is_some();
             let mut cli = match process.take() {
                 Some(cli) => cli,
                 None => self.spawn(&request, schema.as_deref())?,
             };
+            if !announced {
+                announced = true;
+                let started = HarnessEvent::SessionStarted {
+                    harness_session_id: cli.harness_session_id.clone(),
+                };
+                if send(&events, started).await.is_err() {
+                    cli.kill();
+                    return Err(HarnessError::Cancelled);
+                }
+            }
             let mut state = TurnState {
                 journaled_lines: request.transcript.len(),
                 ..TurnState::default()
@@ -579,9 +591,11 @@ impl ClaudeCodeHarness {
             };
             match end {
                 TurnEnd::Died(_) if warm && !state.received => {
-                    // A warm process that died between turns: the turn runs on a cold one.
+                    // A warm process that died between turns: the turn runs on a cold one,
+                    // from the transcript as journaled now.
                     tracing::warn!(session_id = %request.session_id, "warm claude process died; starting a new one");
                     cli.kill();
+                    request.transcript.append(&mut state.mirrored);
                     continue;
                 }
                 TurnEnd::Died(message) => {
@@ -706,6 +720,7 @@ async fn mirror(
             }
             observe_line(&line, state);
             state.journaled_lines += 1;
+            state.mirrored.push(line.clone());
             send(events, HarnessEvent::TranscriptLine { line }).await?;
             if reached {
                 return Ok(());
@@ -741,13 +756,6 @@ async fn drive(
     cancel: &CancellationToken,
     state: &mut TurnState,
 ) -> Result<TurnEnd, HarnessError> {
-    send(
-        events,
-        HarnessEvent::SessionStarted {
-            harness_session_id: cli.harness_session_id.clone(),
-        },
-    )
-    .await?;
     // Lines the process wrote after the last turn's answer.
     mirror(cli, events, state, None).await?;
     // What compaction replaces is counted over the whole conversation.
@@ -801,7 +809,6 @@ async fn drive(
                     if let Some(id) = message["api_message_id"].as_str() {
                         state.streamed_messages.insert(id.to_owned());
                     }
-                    state.emitted += 1;
                     send(
                         events,
                         HarnessEvent::ContentDelta {
