@@ -269,8 +269,16 @@ impl Config {
                 let harness: Arc<dyn Harness> = match agent.harness.as_str() {
                     "scripted" => Arc::new(ScriptedHarness),
                     "claude-code" => {
+                        // A path (not a bare name looked up in PATH) is taken from where
+                        // turnstile was started, not from the CLI's own cwd.
+                        let bin = agent.claude_bin.clone().unwrap_or_else(|| "claude".into());
+                        let bin = if bin.contains('/') {
+                            std::path::absolute(&bin).unwrap_or_else(|_| PathBuf::from(&bin))
+                        } else {
+                            PathBuf::from(bin)
+                        };
                         let mut options = ClaudeCodeOptions::new(
-                            agent.claude_bin.clone().unwrap_or_else(|| "claude".into()),
+                            bin,
                             cwd.clone(),
                             self.server.data_dir.join("harness").join(&agent.id),
                         );
