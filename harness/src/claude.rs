@@ -139,11 +139,6 @@ impl ClaudeCodeHarness {
             }),
         }
     }
-
-    /// Live CLI processes (warm ones in the pool), for tests and metrics.
-    pub fn warm_count(&self) -> usize {
-        self.pool.warm.lock().map(|w| w.len()).unwrap_or(0)
-    }
 }
 
 impl Harness for ClaudeCodeHarness {
@@ -384,7 +379,6 @@ pub fn project_key(cwd: &Path) -> String {
 struct TurnState {
     tools: HashMap<String, ToolCall>,
     streamed_messages: HashSet<String>,
-    journaled_lines: usize,
     /// The lines mirrored in this turn, in order.
     mirrored: Vec<String>,
     compacting: bool,
@@ -577,10 +571,7 @@ impl ClaudeCodeHarness {
                     return Err(HarnessError::Cancelled);
                 }
             }
-            let mut state = TurnState {
-                journaled_lines: request.transcript.len(),
-                ..TurnState::default()
-            };
+            let mut state = TurnState::default();
             let end = drive(&mut cli, &request, &events, &cancel, &mut state).await;
             let end = match end {
                 Err(error) => {
@@ -615,7 +606,7 @@ impl ClaudeCodeHarness {
                         self.pool.put(Warm {
                             session_id: request.session_id.clone(),
                             harness_session_id: cli.harness_session_id.clone(),
-                            journaled_lines: state.journaled_lines,
+                            journaled_lines: request.transcript.len() + state.mirrored.len(),
                             schema,
                             process: cli,
                             last_used: Instant::now(),
@@ -718,8 +709,6 @@ async fn mirror(
                 }
                 continue;
             }
-            observe_line(&line, state);
-            state.journaled_lines += 1;
             state.mirrored.push(line.clone());
             send(events, HarnessEvent::TranscriptLine { line }).await?;
             if reached {
@@ -735,18 +724,17 @@ async fn mirror(
     }
 }
 
-/// Counts conversation messages before a compaction, from the mirrored lines.
-fn observe_line(line: &str, state: &mut TurnState) {
-    if (line.starts_with("{\"parentUuid\"")
-        || line.contains("\"type\":\"user\"")
-        || line.contains("\"type\":\"assistant\""))
-        && let Ok(value) = serde_json::from_str::<Value>(line)
-        && matches!(value["type"].as_str(), Some("user" | "assistant"))
-        && value["isSidechain"] != Value::Bool(true)
-        && !state.compacting
-    {
-        state.pre_compact_messages += 1;
-    }
+/// The conversation messages (main-chain user and assistant lines) among transcript
+/// lines: what a compaction replaces.
+fn conversation_messages<'a>(lines: impl Iterator<Item = &'a String>) -> u32 {
+    lines
+        .filter(|line| {
+            line.contains("\"type\":\"user\"") || line.contains("\"type\":\"assistant\"")
+        })
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|value| matches!(value["type"].as_str(), Some("user" | "assistant")))
+        .filter(|value| value["isSidechain"] != Value::Bool(true))
+        .count() as u32
 }
 
 async fn drive(
@@ -758,10 +746,6 @@ async fn drive(
 ) -> Result<TurnEnd, HarnessError> {
     // Lines the process wrote after the last turn's answer.
     mirror(cli, events, state, None).await?;
-    // What compaction replaces is counted over the whole conversation.
-    for line in &request.transcript {
-        observe_line(line, state);
-    }
     let input = json!({"type": "user", "message": {"role": "user", "content": request.message}});
     let written = async {
         cli.stdin.write_all(format!("{input}\n").as_bytes()).await?;
@@ -897,8 +881,11 @@ async fn drive(
                     }
                 }
             }
-            Some("system") if message["subtype"] == "compact_boundary" => {
+            Some("system") if message["subtype"] == "compact_boundary" && !state.compacting => {
+                // Counted once, when it happens: every line so far precedes the boundary.
                 state.compacting = true;
+                state.pre_compact_messages =
+                    conversation_messages(request.transcript.iter().chain(&state.mirrored));
             }
             Some("result") => {
                 mirror(cli, events, state, None).await?;

@@ -63,9 +63,8 @@ env = {{ ANTHROPIC_BASE_URL = "{url}", ANTHROPIC_API_KEY = "test-key" }}
     path
 }
 
-/// Processes whose `CLAUDE_CONFIG_DIR` lies under `data_dir`: the CLIs a server started.
-pub fn cli_pids(data_dir: &Path) -> Vec<u32> {
-    let needle = format!("CLAUDE_CONFIG_DIR={}", data_dir.display());
+/// Live (not zombie) processes for which `matches(pid)` holds.
+fn processes(matches: impl Fn(u32) -> bool) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -73,16 +72,34 @@ pub fn cli_pids(data_dir: &Path) -> Vec<u32> {
         .filter_map(Result::ok)
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
-                environ
-                    .split(|b| *b == 0)
-                    .any(|var| var.starts_with(needle.as_bytes()))
-            })
-        })
-        .filter(|pid| {
             // A zombie has exited already.
             std::fs::read_to_string(format!("/proc/{pid}/stat"))
                 .is_ok_and(|stat| !stat.contains(") Z "))
         })
+        .filter(|pid| matches(*pid))
         .collect()
+}
+
+/// Processes whose `CLAUDE_CONFIG_DIR` lies under `data_dir`: the CLIs a server started.
+pub fn cli_pids(data_dir: &Path) -> Vec<u32> {
+    let needle = format!("CLAUDE_CONFIG_DIR={}", data_dir.display());
+    processes(|pid| {
+        std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+            environ
+                .split(|b| *b == 0)
+                .any(|var| var.starts_with(needle.as_bytes()))
+        })
+    })
+}
+
+/// Processes whose command line holds `needle` (arguments joined by spaces).
+pub fn processes_running(needle: &str) -> usize {
+    processes(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+            String::from_utf8_lossy(&cmdline)
+                .replace('\0', " ")
+                .contains(needle)
+        })
+    })
+    .len()
 }

@@ -144,6 +144,15 @@ impl FakeAnthropic {
             .collect()
     }
 
+    /// The newest conversation request whose prompt holds `marker`.
+    pub fn last_request_with(&self, marker: &str) -> Recorded {
+        self.message_requests()
+            .into_iter()
+            .rev()
+            .find(|r| r.prompt_text().contains(marker))
+            .unwrap_or_else(|| panic!("the fake model got no prompt with {marker:?}"))
+    }
+
     /// Forgets what was recorded.
     pub fn clear(&self) {
         self.state.lock().unwrap().requests.clear();

@@ -227,6 +227,18 @@ pub fn turnstile(args: &[&str]) -> Output {
         .expect("run turnstile")
 }
 
+/// Runs `turnstile ARGS`, fails the test unless it exits 0, and returns its stdout.
+pub fn turnstile_ok(args: &[&str]) -> String {
+    let out = turnstile(args);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "turnstile {args:?} failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// Writes a configuration file with one scripted agent; `server` and `agent` are extra
 /// TOML lines for `[server]` and the agent.
 pub fn write_config(dir: &Path, server: &str, agent: &str) -> PathBuf {

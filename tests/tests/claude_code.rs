@@ -7,18 +7,16 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use turnstile_tests::claude::{claude_bin, claude_config, cli_pids};
+use turnstile_tests::claude::{claude_bin, claude_config, cli_pids, processes_running};
 use turnstile_tests::fake_anthropic::FakeAnthropic;
-use turnstile_tests::{Server, event_types, get_json, http_client as client, parse_sse, turnstile};
+use turnstile_tests::{
+    Server, event_types, get_json, http_client as client, parse_sse, turnstile_ok,
+};
 
-async fn run(server: &Server, session: &str, message: &str) -> Value {
+async fn post_form(server: &Server, path: &str, form: &[(&str, &str)]) -> Value {
     client()
-        .post(server.url("/agents/claude/runs"))
-        .form(&[
-            ("message", message),
-            ("session_id", session),
-            ("stream", "false"),
-        ])
+        .post(server.url(path))
+        .form(form)
         .send()
         .await
         .unwrap()
@@ -27,24 +25,40 @@ async fn run(server: &Server, session: &str, message: &str) -> Value {
         .unwrap()
 }
 
+async fn run(server: &Server, session: &str, message: &str) -> Value {
+    let form = [
+        ("message", message),
+        ("session_id", session),
+        ("stream", "false"),
+    ];
+    post_form(server, "/agents/claude/runs", &form).await
+}
+
+/// Cancels a run and waits (at most 5 s) until it reads `CANCELLED`.
+async fn cancel_and_wait(server: &Server, run_id: &str, session: &str) {
+    let cancelled_at = Instant::now();
+    post_form(server, &format!("/agents/claude/runs/{run_id}/cancel"), &[]).await;
+    let path = format!("/agents/claude/runs/{run_id}?session_id={session}");
+    while get_json(server, &path).await["status"] != "CANCELLED" {
+        assert!(
+            cancelled_at.elapsed() < Duration::from_secs(5),
+            "the run did not end CANCELLED"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The journal's events of a data directory no server holds, as exported JSON.
 fn exported(data_dir: &Path) -> Vec<Value> {
-    let out = turnstile(&[
+    turnstile_ok(&[
         "journal",
         "export",
         "--data-dir",
         data_dir.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
+    ])
+    .lines()
+    .map(|line| serde_json::from_str(line).unwrap())
+    .collect()
 }
 
 /// The transcript lines the journal holds, in order (mirrored one by one, or with
@@ -231,12 +245,7 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 
 /// The text the fake model saw in the last request of the prompt holding `marker`.
 fn seen_by_model(fake: &FakeAnthropic, marker: &str) -> String {
-    fake.message_requests()
-        .iter()
-        .rev()
-        .find(|r| r.prompt_text().contains(marker))
-        .unwrap_or_else(|| panic!("no request with {marker}"))
-        .conversation_text()
+    fake.last_request_with(marker).conversation_text()
 }
 
 #[tokio::test]
@@ -308,7 +317,7 @@ async fn a_session_resumes_after_restart_passivation_and_on_another_server() {
 
     // A second machine: a copy made with export and import, no CLI files at all.
     let export = dir.path().join("journal.jsonl");
-    let out = turnstile(&[
+    turnstile_ok(&[
         "journal",
         "export",
         "--data-dir",
@@ -316,13 +325,8 @@ async fn a_session_resumes_after_restart_passivation_and_on_another_server() {
         "--out",
         export.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let other = dir.path().join("other");
-    let out = turnstile(&[
+    turnstile_ok(&[
         "journal",
         "import",
         "--in",
@@ -330,11 +334,6 @@ async fn a_session_resumes_after_restart_passivation_and_on_another_server() {
         "--data-dir",
         other.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let server = Server::start_with(&other, &["--config", config]);
     let fourth = run(&server, "s", "on the other server\n@reply fourth answer").await;
     assert_eq!(fourth["status"], "COMPLETED", "{fourth}");
@@ -399,12 +398,7 @@ async fn continuing_from_a_tool_checkpoint_forks_the_claude_session() {
     assert_eq!(continued["status"], "COMPLETED", "{continued}");
     assert_eq!(continued["content"], "forked answer");
     assert_eq!(continued["forked_from_run_id"], run_id);
-    let request = fake
-        .message_requests()
-        .into_iter()
-        .rev()
-        .find(|r| r.prompt_text().contains("FORK-MARK"))
-        .unwrap();
+    let request = fake.last_request_with("FORK-MARK");
     let seen = request.conversation_text();
     assert!(seen.contains(r#""command":"echo step-ONE""#), "{seen}");
     let results = seen_tool_results(&request.body);
@@ -516,18 +510,6 @@ fn seen_tool_results(body: &Value) -> Vec<String> {
         .collect()
 }
 
-async fn post_form(server: &Server, path: &str, form: &[(&str, &str)]) -> Value {
-    client()
-        .post(server.url(path))
-        .form(form)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 /// The harness session each attempt of a run used, from the journal.
 fn attempt_sessions(events: &[Value], run_id: &str) -> Vec<String> {
     events
@@ -592,20 +574,6 @@ async fn api_errors_are_classified_and_transient_ones_retried_on_the_same_sessio
     }
 }
 
-fn processes_running(needle: &str) -> usize {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|entry| {
-            std::fs::read(entry.path().join("cmdline")).is_ok_and(|cmdline| {
-                String::from_utf8_lossy(&cmdline)
-                    .replace('\0', " ")
-                    .contains(needle)
-            })
-        })
-        .count()
-}
-
 #[tokio::test]
 async fn cancel_stops_the_cli_and_no_cli_outlives_the_server() {
     let Some(bin) = claude_bin() else { return };
@@ -641,20 +609,7 @@ async fn cancel_stops_the_cli_and_no_cli_outlives_the_server() {
         assert!(Instant::now() < deadline, "no text arrived");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let cancelled_at = Instant::now();
-    post_form(
-        &server,
-        &format!("/agents/claude/runs/{run_id}/cancel"),
-        &[],
-    )
-    .await;
-    while get_json(&server, &path).await["status"] != "CANCELLED" {
-        assert!(
-            cancelled_at.elapsed() < Duration::from_secs(5),
-            "the run did not end CANCELLED"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    cancel_and_wait(&server, &run_id, "slow").await;
     wait_until("the cancelled CLI is gone", || cli_pids(&data).is_empty());
 
     // A tool call in progress: the command the CLI started dies with it.
@@ -671,18 +626,7 @@ async fn cancel_stops_the_cli_and_no_cli_outlives_the_server() {
     .await;
     let run_id = accepted["run_id"].as_str().unwrap().to_owned();
     wait_until("the tool runs", || processes_running("sleep 37.25") > 0);
-    post_form(
-        &server,
-        &format!("/agents/claude/runs/{run_id}/cancel"),
-        &[],
-    )
-    .await;
-    let path = format!("/agents/claude/runs/{run_id}?session_id=tool");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while get_json(&server, &path).await["status"] != "CANCELLED" {
-        assert!(Instant::now() < deadline, "the run did not end CANCELLED");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    cancel_and_wait(&server, &run_id, "tool").await;
     wait_until("the tool's command is gone", || {
         processes_running("sleep 37.25") == 0
     });
@@ -722,12 +666,7 @@ async fn structured_output_and_attachments_reach_the_cli() {
     assert_eq!(answer["status"], "COMPLETED", "{answer}");
     assert_eq!(answer["content"], json!({"name": "Ada", "age": 36}));
     assert_eq!(answer["content_type"], "Person");
-    let asked = fake.message_requests();
-    let request = asked
-        .iter()
-        .rev()
-        .find(|r| r.prompt_text().contains("who?"))
-        .unwrap();
+    let request = fake.last_request_with("who?");
     assert!(
         request.body["tools"]
             .as_array()
@@ -911,13 +850,7 @@ async fn a_claude_session_that_cannot_be_resumed_falls_back_to_a_fresh_one_with_
         "{answer}"
     );
     // The fresh Claude session was seeded with the history, the current message last.
-    let prompt = fake
-        .message_requests()
-        .into_iter()
-        .rev()
-        .find(|r| r.prompt_text().contains("FALLBACK-MARK"))
-        .unwrap()
-        .prompt_text();
+    let prompt = fake.last_request_with("FALLBACK-MARK").prompt_text();
     assert!(prompt.starts_with("Previous conversation"), "{prompt}");
     assert!(
         prompt.contains("user: The secret is LIME-7.")

@@ -2,6 +2,8 @@
 //! `journal export` and `journal import` (round trip to the same bytes, refusal of an
 //! edited export at its first bad line), and their refusal while a server holds it.
 
+use std::path::Path;
+
 use serde_json::Value;
 use turnstile_journal::{Journal, JournalOptions};
 use turnstile_tests::{Server, http_client as client, turnstile, write_config};
@@ -251,14 +253,17 @@ async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
     assert_eq!(text(&piped.stdout), lines);
 
     let copy = dir.path().join("copy");
-    let imported = turnstile(&[
-        "journal",
-        "import",
-        "--in",
-        first.to_str().unwrap(),
-        "--data-dir",
-        copy.to_str().unwrap(),
-    ]);
+    let import = |input: &Path, data: &Path| {
+        turnstile(&[
+            "journal",
+            "import",
+            "--in",
+            input.to_str().unwrap(),
+            "--data-dir",
+            data.to_str().unwrap(),
+        ])
+    };
+    let imported = import(&first, &copy);
     assert_eq!(
         imported.status.code(),
         Some(0),
@@ -300,14 +305,7 @@ async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
     let edited_path = dir.path().join("edited.jsonl");
     std::fs::write(&edited_path, edited.join("\n")).unwrap();
     let refused_dir = dir.path().join("refused");
-    let refused = turnstile(&[
-        "journal",
-        "import",
-        "--in",
-        edited_path.to_str().unwrap(),
-        "--data-dir",
-        refused_dir.to_str().unwrap(),
-    ]);
+    let refused = import(&edited_path, &refused_dir);
     assert_eq!(refused.status.code(), Some(1));
     assert!(
         text(&refused.stdout).contains(&format!("line {}", target + 1)),
@@ -319,14 +317,7 @@ async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
     let mut removed: Vec<String> = lines.lines().map(str::to_owned).collect();
     removed.remove(5);
     std::fs::write(&edited_path, removed.join("\n")).unwrap();
-    let refused = turnstile(&[
-        "journal",
-        "import",
-        "--in",
-        edited_path.to_str().unwrap(),
-        "--data-dir",
-        refused_dir.to_str().unwrap(),
-    ]);
+    let refused = import(&edited_path, &refused_dir);
     assert!(
         text(&refused.stdout).contains("line 6"),
         "{}",
