@@ -5,7 +5,8 @@
 //! Also the p50 and p99 time from append to acknowledgement.
 //!
 //! `cargo bench -p turnstile-journal --bench append` (`BENCH_SECONDS` per cell, default 2;
-//! `BENCH_ROUNDS` interleaved rounds, default 3, medians reported).
+//! `BENCH_ROUNDS` interleaved rounds, default 3, medians reported; `BENCH_APPENDERS`
+//! a comma list of appender counts, default `1,16,256`).
 //! Prints a Markdown table for `docs/PERFORMANCE.md`. Not a test: nothing is asserted.
 
 use std::fs::File;
@@ -247,7 +248,12 @@ fn main() {
         "| appenders | turnstile journal (events/s) | p50 ack (µs) | p99 ack (µs) | raw: insert+flush+fdatasync per append | raw: apply_batch of N, sequential keys | raw: apply_batch of N, per-session keys | journal / batched (sequential) | journal / batched (per-session) | journal / per-append |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for appenders in [1usize, 16, 256] {
+    // `BENCH_APPENDERS=256` (a comma list) runs only those rows.
+    let counts: Vec<usize> = std::env::var("BENCH_APPENDERS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 16, 256]);
+    for appenders in counts {
         let dir = || tempfile::tempdir_in(&root).unwrap();
         let mut rows: Vec<[f64; 9]> = Vec::new();
         for _ in 0..rounds {

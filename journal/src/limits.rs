@@ -8,6 +8,16 @@
 pub const APPEND_QUEUE_REQUESTS_MAX: usize = 4096;
 /// Requests one group commit takes at most, so one sync never grows without bound.
 pub const GROUP_COMMIT_REQUESTS_MAX: usize = 1024;
+/// Encoded bytes one group commit takes at most (one segment); a single request larger
+/// than this still goes whole into a segment of its own.
+pub const GROUP_COMMIT_BYTES_MAX: usize = 1024 * 1024;
+/// How often, at most, the committer writes the session index of the records appended
+/// since, in milliseconds. Until then those records are found through an in-memory tail,
+/// which reopening rebuilds from the segments past the index's watermark.
+pub const SESSION_INDEX_FLUSH_MS: u64 = 100;
+/// Runs (one per append request) the in-memory tail of the session index holds at most
+/// before the committer writes them to the index, whatever the time.
+pub const SESSION_INDEX_TAIL_RUNS_MAX: usize = 65_536;
 /// How long the committer waits for a group to fill up to the last group's size, in
 /// microseconds. A lone appender (last group of one) never waits.
 pub const GROUP_COMMIT_LINGER_US: u64 = 200;
@@ -21,6 +31,10 @@ pub const SUBSCRIPTION_REFILL_RECORDS: usize = 1024;
 pub const SESSION_HEADS_CACHED_MAX: usize = 65_536;
 /// sled page cache, in bytes (sled's default is 1 GiB).
 pub const SLED_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+/// sled's segment (and I/O buffer) size, in bytes: values over a quarter of it go to
+/// separate blob files, so it is large enough for a whole segment of a group commit to
+/// stay in sled's log. sled refuses to open a directory with a different value.
+pub const SLED_SEGMENT_BYTES: usize = 8 * 1024 * 1024;
 /// sled's own background flush interval, in milliseconds; our durability does not rely on it.
 pub const SLED_FLUSH_EVERY_MS: u64 = 500;
 /// How long opening a journal waits for sled's file lock, in milliseconds.

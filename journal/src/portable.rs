@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{self, Hash, ManifestEntry};
+use crate::codec::{self, Hash, ManifestEntry, Run};
 use crate::event::Event;
 use crate::ids::{JournalPos, Seq, SessionId};
 use crate::store::{self, Recorded};
@@ -94,11 +94,12 @@ pub struct ImportRefusal {
     pub reason: String,
 }
 
+/// One segment being built, with its secondary index entries.
 struct Pending {
     batch: sled::Batch,
     manifest: Vec<ManifestEntry>,
     first_pos: u64,
-    records: usize,
+    records: Vec<Vec<u8>>,
 }
 
 impl Pending {
@@ -107,19 +108,35 @@ impl Pending {
             batch: sled::Batch::default(),
             manifest: Vec::new(),
             first_pos,
-            records: 0,
+            records: Vec::new(),
         }
     }
 }
 
+/// Writes one segment, and the session index of its records, in one atomic batch.
 fn write(tree: &sled::Tree, pending: Pending) -> Result<(), Error> {
-    if pending.records == 0 {
+    if pending.records.is_empty() {
         return Ok(());
     }
     let mut batch = pending.batch;
     batch.insert(
         &store::log_key(JournalPos(pending.first_pos)),
-        codec::encode_manifest(&pending.manifest),
+        codec::encode_segment(&pending.manifest, &pending.records),
+    );
+    let mut runs: HashMap<&SessionId, Vec<Run>> = HashMap::new();
+    let mut pos = pending.first_pos;
+    for entry in &pending.manifest {
+        runs.entry(&entry.session_id).or_default().push(Run {
+            first_seq: entry.first_seq,
+            count: entry.count,
+            pos: JournalPos(pos),
+        });
+        pos += u64::from(entry.count);
+    }
+    store::write_index(
+        &mut batch,
+        runs.iter().map(|(id, runs)| (*id, runs.as_slice())),
+        JournalPos(pos),
     );
     tree.apply_batch(batch)?;
     Ok(())
@@ -236,10 +253,7 @@ fn import_into(
                 body.session_id, body.seq
             ));
         }
-        pending.batch.insert(
-            store::record_key(&body.session_id, body.seq),
-            bytes.as_slice(),
-        );
+        pending.records.push(bytes);
         store::index_event(
             &mut pending.batch,
             &body.session_id,
@@ -259,10 +273,9 @@ fn import_into(
                 count: 1,
             }),
         }
-        pending.records += 1;
         heads.insert(body.session_id, (body.seq.0 + 1, hash));
         next_pos += 1;
-        if pending.records == IMPORT_BATCH_RECORDS {
+        if pending.records.len() == IMPORT_BATCH_RECORDS {
             write(
                 &tree,
                 std::mem::replace(&mut pending, Pending::new(next_pos)),

@@ -1,16 +1,18 @@
-//! Whole-journal verification: checksums, format versions, contiguity, hash links.
+//! Whole-journal verification: checksums, format versions, contiguity, hash links,
+//! and the session index against the segments.
 //!
-//! It walks the batch manifests in global order, reads every record they name, and
-//! stops at the first bad one, naming its global position and the reason: a record
-//! flipped, removed, moved, or spliced in from another session; a broken hash link; a
-//! record no manifest names. It repairs nothing.
+//! It walks the segments in global order, checks every record they hold, and stops at
+//! the first bad one, naming its global position and the reason: a record flipped,
+//! removed, moved, or spliced in from another session; a broken hash link; a segment
+//! whose header or manifest is damaged; a session index that names records the
+//! segments do not hold where it says. It repairs nothing.
 
 use std::collections::HashMap;
 
 use crate::Error;
-use crate::codec::{self, Hash};
+use crate::codec::{self, Hash, Run};
 use crate::ids::{JournalPos, Seq, SessionId};
-use crate::store::{self, Journal, LOG, STREAM};
+use crate::store::{self, INDEX, Journal, LOG};
 
 /// What a sound journal holds.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -41,34 +43,46 @@ impl Journal {
         mut progress: impl FnMut(u64),
     ) -> Result<Result<VerifyReport, Corruption>, Error> {
         let tree = self.tree();
-        let mut heads: HashMap<SessionId, (Seq, Hash)> = HashMap::new();
+        let watermark = store::watermark(tree)?;
+        let mut heads: HashMap<SessionId, Head> = HashMap::new();
         let mut report = VerifyReport::default();
         let mut pos = JournalPos(0);
         let bad = |pos: JournalPos, reason: String| Ok(Err(Corruption { pos, reason }));
         for entry in tree.scan_prefix([LOG]) {
-            let (key, manifest) = entry?;
-            let batch_pos = JournalPos(store::be_u64(&key).unwrap_or(u64::MAX));
-            if batch_pos != pos {
+            let (key, bytes) = entry?;
+            let segment_pos = JournalPos(store::be_u64(&key).unwrap_or(u64::MAX));
+            if segment_pos != pos {
                 return bad(
                     pos,
-                    format!("records missing: the next batch begins at position {batch_pos}"),
+                    format!("records missing: the next segment begins at position {segment_pos}"),
                 );
             }
-            let entries = match codec::decode_manifest(&manifest) {
-                Ok(entries) => entries,
-                Err(error) => return bad(pos, format!("batch manifest: {error}")),
+            let segment = match codec::Segment::parse(bytes) {
+                Ok(segment) => segment,
+                Err(error) => return bad(pos, format!("segment header or manifest: {error}")),
             };
+            let entries = match segment.entries() {
+                Ok(entries) => entries,
+                Err(error) => return bad(pos, format!("segment manifest: {error}")),
+            };
+            let mut index = 0;
             for entry in entries {
+                let name = &entry.session_id;
+                let head = heads.entry(name.clone()).or_default();
+                if pos < watermark {
+                    head.indexed.add(&Run {
+                        first_seq: entry.first_seq,
+                        count: entry.count,
+                        pos,
+                    });
+                }
                 for offset in 0..u64::from(entry.count) {
                     let seq = Seq(entry.first_seq.0 + offset);
-                    let name = &entry.session_id;
-                    let Some(bytes) = tree.get(store::record_key(name, seq))? else {
-                        return bad(
-                            pos,
-                            format!("record missing: session {name} sequence {seq}"),
-                        );
-                    };
-                    let body = match codec::decode(&bytes) {
+                    let bytes = segment
+                        .record(index)
+                        .expect("the manifest counts the records");
+                    index += 1;
+                    let body = match codec::decode(bytes) {
                         Ok(body) => body,
                         Err(error) => return bad(pos, error.to_string()),
                     };
@@ -90,15 +104,16 @@ impl Journal {
                             ),
                         );
                     }
-                    let (next_seq, last_hash) =
-                        heads.get(name).copied().unwrap_or((Seq(0), [0; 32]));
-                    if seq != next_seq {
+                    if seq != head.next_seq {
                         return bad(
                             pos,
-                            format!("session {name} sequence {seq} where {next_seq} was expected"),
+                            format!(
+                                "session {name} sequence {seq} where {} was expected",
+                                head.next_seq
+                            ),
                         );
                     }
-                    if body.prev_hash != last_hash {
+                    if body.prev_hash != head.last_hash {
                         return bad(
                             pos,
                             format!(
@@ -106,7 +121,8 @@ impl Journal {
                             ),
                         );
                     }
-                    heads.insert(name.clone(), (seq.next(), codec::hash(&bytes)));
+                    head.next_seq = seq.next();
+                    head.last_hash = codec::hash(bytes);
                     report.events += 1;
                     report.bytes += bytes.len() as u64;
                     pos = pos.next();
@@ -116,37 +132,134 @@ impl Journal {
                 }
             }
         }
-        // Every stored record must be named by a manifest: count them, and find the
-        // first stray one if the counts differ.
-        let stored = tree.scan_prefix([STREAM]).keys().count() as u64;
-        if stored != report.events {
-            for entry in tree.scan_prefix([STREAM]) {
-                let (key, bytes) = entry?;
-                let body = codec::decode(&bytes).ok();
-                let seq = Seq(store::be_u64(&key).unwrap_or(u64::MAX));
-                let covered = body.as_ref().is_some_and(|body| {
-                    heads
-                        .get(&body.session_id)
-                        .is_some_and(|(next, _)| seq < *next)
-                });
-                if !covered {
-                    let at = body.map(|body| body.pos).unwrap_or(pos);
-                    return bad(
-                        at,
-                        format!("record sequence {seq} is stored but no batch manifest names it"),
-                    );
-                }
-            }
+        if watermark > pos {
             return bad(
                 pos,
                 format!(
-                    "{stored} records stored but the manifests name {}",
-                    report.events
+                    "records missing: the session index names records up to position {watermark}, the journal ends here"
                 ),
+            );
+        }
+        // The session index must name exactly the runs the segments hold below the
+        // watermark: compare a digest of each session's runs from both sides.
+        let mut stored: HashMap<SessionId, RunDigest> = HashMap::new();
+        for entry in tree.scan_prefix([INDEX]) {
+            let (key, bytes) = entry?;
+            let Some(session_id) = key
+                .get(1..key.len().saturating_sub(9))
+                .and_then(|id| std::str::from_utf8(id).ok())
+                .and_then(|id| SessionId::parse(id).ok())
+            else {
+                return bad(pos, "a session index key is malformed".into());
+            };
+            let runs = match codec::decode_runs(&bytes) {
+                Ok(runs) => runs,
+                Err(error) => return bad(pos, format!("session index of {session_id}: {error}")),
+            };
+            let digest = stored.entry(session_id).or_default();
+            for run in &runs {
+                digest.add(run);
+            }
+        }
+        for (session_id, head) in &heads {
+            let found = stored.remove(session_id).unwrap_or_default();
+            if found != head.indexed {
+                let at = self.first_misindexed(session_id, watermark)?;
+                return bad(
+                    at,
+                    format!("the session index of {session_id} does not match its records"),
+                );
+            }
+        }
+        if let Some(session_id) = stored.keys().next() {
+            return bad(
+                JournalPos(0),
+                format!("the session index names session {session_id}, which has no records"),
             );
         }
         progress(report.events);
         report.streams = heads.len() as u64;
         Ok(Ok(report))
+    }
+
+    /// The first position where a session's stored index and its records disagree
+    /// (only looked for once a digest differs).
+    fn first_misindexed(
+        &self,
+        session_id: &SessionId,
+        watermark: JournalPos,
+    ) -> Result<JournalPos, Error> {
+        let tree = self.tree();
+        let mut stored = Vec::new();
+        for entry in tree.scan_prefix(store::index_prefix(session_id)) {
+            let (_, bytes) = entry?;
+            stored.extend(codec::decode_runs(&bytes).unwrap_or_default());
+        }
+        let mut actual = Vec::new();
+        for entry in tree.range(store::log_key(JournalPos(0))..store::log_key(watermark)) {
+            let (key, bytes) = entry?;
+            let mut pos = store::be_u64(&key).unwrap_or(0);
+            let entries = codec::Segment::parse(bytes)
+                .and_then(|segment| segment.entries())
+                .unwrap_or_default();
+            for entry in entries {
+                if &entry.session_id == session_id {
+                    actual.push(Run {
+                        first_seq: entry.first_seq,
+                        count: entry.count,
+                        pos: JournalPos(pos),
+                    });
+                }
+                pos += u64::from(entry.count);
+            }
+        }
+        let differs = stored
+            .iter()
+            .zip(&actual)
+            .find(|(stored, actual)| stored != actual);
+        Ok(match differs {
+            Some((stored, actual)) => stored.pos.min(actual.pos),
+            None => stored
+                .get(actual.len())
+                .or(actual.get(stored.len()))
+                .map_or(JournalPos(0), |run| run.pos),
+        })
+    }
+}
+
+/// What the walk knows of one session.
+#[derive(Default)]
+struct Head {
+    next_seq: Seq,
+    last_hash: Hash,
+    /// The runs below the watermark, as the segments say.
+    indexed: RunDigest,
+}
+
+/// An order-sensitive digest of a session's runs (FNV-1a over their fields), so that
+/// the index is checked without holding it in memory. Not a security measure: the
+/// hash links are; the index is derived data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RunDigest {
+    hash: u64,
+    runs: u64,
+}
+
+impl Default for RunDigest {
+    fn default() -> Self {
+        RunDigest {
+            hash: 0xcbf2_9ce4_8422_2325,
+            runs: 0,
+        }
+    }
+}
+
+impl RunDigest {
+    fn add(&mut self, run: &Run) {
+        let fields = [run.first_seq.0, u64::from(run.count), run.pos.0];
+        for byte in fields.iter().flat_map(|field| field.to_be_bytes()) {
+            self.hash = (self.hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        self.runs += 1;
     }
 }

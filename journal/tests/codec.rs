@@ -149,14 +149,15 @@ fn golden_bytes_of_every_record_type() {
     insta::assert_snapshot!(listing.join("\n"));
 }
 
-/// The batch manifest is on disk too.
+/// The segment (a group commit's records and their manifest) and the session index
+/// chunk are on disk too.
 #[test]
-fn golden_bytes_of_the_batch_manifest() {
+fn golden_bytes_of_a_segment_and_an_index_chunk() {
     let entries = vec![
         codec::ManifestEntry {
             session_id: SessionId::parse("session-1").unwrap(),
             first_seq: Seq(2),
-            count: 3,
+            count: 2,
         },
         codec::ManifestEntry {
             session_id: SessionId::parse("s2").unwrap(),
@@ -164,9 +165,59 @@ fn golden_bytes_of_the_batch_manifest() {
             count: 1,
         },
     ];
-    let bytes = codec::encode_manifest(&entries);
-    insta::assert_snapshot!(hex(&bytes));
-    assert_eq!(codec::decode_manifest(&bytes).unwrap(), entries);
+    let records = vec![vec![1, 2, 3], vec![4], vec![5, 6]];
+    let bytes = codec::encode_segment(&entries, &records);
+    let runs = vec![
+        codec::Run {
+            first_seq: Seq(2),
+            count: 2,
+            pos: turnstile_journal::JournalPos(7),
+        },
+        codec::Run {
+            first_seq: Seq(9),
+            count: 1,
+            pos: turnstile_journal::JournalPos(40),
+        },
+    ];
+    let index = codec::encode_runs(&runs);
+    insta::assert_snapshot!(format!(
+        "segment: {}\nindex chunk: {}",
+        hex(&bytes),
+        hex(&index)
+    ));
+    let segment = codec::Segment::parse(bytes.as_slice()).unwrap();
+    assert_eq!(segment.entries().unwrap(), entries);
+    assert_eq!(segment.len(), 3);
+    assert_eq!(segment.record(2), Some([5u8, 6].as_slice()));
+    assert_eq!(codec::decode_runs(&index).unwrap(), runs);
+}
+
+#[test]
+fn a_segment_refuses_other_versions_damage_and_miscounts() {
+    let entries = vec![codec::ManifestEntry {
+        session_id: SessionId::parse("a").unwrap(),
+        first_seq: Seq(0),
+        count: 2,
+    }];
+    let good = codec::encode_segment(&entries, &[vec![1], vec![2]]);
+    let mut version = good.clone();
+    version[0] = 1;
+    assert!(matches!(
+        codec::Segment::parse(version.as_slice()),
+        Err(codec::DecodeError::Version(1))
+    ));
+    let mut flipped = good.clone();
+    flipped[12] ^= 1;
+    assert!(matches!(
+        codec::Segment::parse(flipped.as_slice()),
+        Err(codec::DecodeError::Checksum { .. })
+    ));
+    let mut truncated = good.clone();
+    truncated.pop();
+    assert!(codec::Segment::parse(truncated.as_slice()).is_err());
+    let miscounted = codec::encode_segment(&entries, &[vec![1]]);
+    let error = codec::Segment::parse(miscounted.as_slice()).unwrap_err();
+    assert!(error.to_string().contains("names 2 records"), "{error}");
 }
 
 #[test]

@@ -30,21 +30,55 @@ fn journal_dir() -> tempfile::TempDir {
     dir
 }
 
-/// The sled key of the record at global position `pos` (records are stored by session).
-fn key_of(tree: &sled::Tree, pos: u64) -> sled::IVec {
-    tree.scan_prefix([b'S'])
-        .map(Result::unwrap)
-        .find(|(_, bytes)| codec::decode(bytes).unwrap().pos.0 == pos)
-        .map(|(key, _)| key)
-        .expect("record exists")
+/// The sled key of the segment holding global position `pos`.
+fn segment_key(tree: &sled::Tree, pos: u64) -> sled::IVec {
+    let mut key = vec![b'L'];
+    key.extend_from_slice(&pos.to_be_bytes());
+    tree.range(..=key).next_back().unwrap().unwrap().0
 }
 
-fn record_bytes(tree: &sled::Tree, pos: u64) -> sled::IVec {
-    tree.get(key_of(tree, pos)).unwrap().unwrap()
+fn first_pos(key: &[u8]) -> u64 {
+    u64::from_be_bytes(key[1..9].try_into().unwrap())
+}
+
+fn record_bytes(tree: &sled::Tree, pos: u64) -> Vec<u8> {
+    let key = segment_key(tree, pos);
+    let bytes = tree.get(&key).unwrap().unwrap();
+    let segment = codec::Segment::parse(bytes).unwrap();
+    segment
+        .record((pos - first_pos(&key)) as usize)
+        .unwrap()
+        .to_vec()
+}
+
+/// Rewrites the segment holding `pos` the way a forger would (its header checksum
+/// recomputed): `edit` gets its manifest, its records and the index of `pos` in them.
+fn rewrite_segment(
+    tree: &sled::Tree,
+    pos: u64,
+    edit: impl FnOnce(&mut Vec<codec::ManifestEntry>, &mut Vec<Vec<u8>>, usize),
+) {
+    let key = segment_key(tree, pos);
+    let segment = codec::Segment::parse(tree.get(&key).unwrap().unwrap()).unwrap();
+    let mut entries = segment.entries().unwrap();
+    let mut records: Vec<Vec<u8>> = (0..segment.len())
+        .map(|index| segment.record(index).unwrap().to_vec())
+        .collect();
+    edit(&mut entries, &mut records, (pos - first_pos(&key)) as usize);
+    tree.insert(key, codec::encode_segment(&entries, &records))
+        .unwrap();
+}
+
+fn replace_record(tree: &sled::Tree, pos: u64, bytes: Vec<u8>) {
+    rewrite_segment(tree, pos, |_, records, index| records[index] = bytes);
 }
 
 fn tamper(dir: &std::path::Path, edit: impl FnOnce(&sled::Tree)) {
-    let db = sled::Config::new().path(dir).open().unwrap();
+    let db = sled::Config::new()
+        .path(dir)
+        .segment_size(turnstile_journal::limits::SLED_SEGMENT_BYTES)
+        .open()
+        .unwrap();
     let tree = db.open_tree("journal").unwrap();
     edit(&tree);
     db.flush().unwrap();
@@ -71,11 +105,10 @@ fn a_sound_journal_verifies() {
 fn a_flipped_byte_is_found_at_its_position() {
     let dir = journal_dir();
     tamper(dir.path(), |tree| {
-        let key = key_of(tree, 5);
-        let mut bytes = tree.get(&key).unwrap().unwrap().to_vec();
+        let mut bytes = record_bytes(tree, 5);
         let middle = bytes.len() / 2;
         bytes[middle] ^= 0x20;
-        tree.insert(key, bytes).unwrap();
+        replace_record(tree, 5, bytes);
     });
     let (pos, reason) = first_bad(dir.path()).unwrap();
     assert_eq!(pos, 5);
@@ -86,7 +119,7 @@ fn a_flipped_byte_is_found_at_its_position() {
 fn a_removed_record_is_found() {
     let dir = journal_dir();
     tamper(dir.path(), |tree| {
-        tree.remove(key_of(tree, 4)).unwrap();
+        tree.remove(segment_key(tree, 4)).unwrap();
     });
     let (pos, reason) = first_bad(dir.path()).unwrap();
     assert_eq!(pos, 4);
@@ -94,10 +127,10 @@ fn a_removed_record_is_found() {
 }
 
 #[test]
-fn a_removed_last_record_is_found_through_its_index() {
+fn a_removed_last_record_is_found_through_the_index() {
     let dir = journal_dir();
     tamper(dir.path(), |tree| {
-        tree.remove(key_of(tree, 9)).unwrap();
+        tree.remove(segment_key(tree, 9)).unwrap();
     });
     let (pos, reason) = first_bad(dir.path()).unwrap();
     assert_eq!(pos, 9);
@@ -105,13 +138,34 @@ fn a_removed_last_record_is_found_through_its_index() {
 }
 
 #[test]
+fn a_record_removed_from_inside_a_segment_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path(), JournalOptions::default()).unwrap();
+    let session = SessionId::parse("a").unwrap();
+    journal
+        .append_blocking(&session, Expected::Any, (0..3).map(event).collect())
+        .unwrap()
+        .unwrap();
+    journal.close().unwrap();
+    drop(journal);
+    tamper(dir.path(), |tree| {
+        rewrite_segment(tree, 1, |entries, records, index| {
+            records.remove(index);
+            entries[0].count -= 1;
+        });
+    });
+    let (pos, reason) = first_bad(dir.path()).unwrap();
+    assert_eq!(pos, 1, "{reason}");
+    assert!(reason.contains("moved"), "{reason}");
+}
+
+#[test]
 fn a_reordered_pair_is_found() {
     let dir = journal_dir();
     tamper(dir.path(), |tree| {
-        let (four, six) = (key_of(tree, 4), key_of(tree, 6));
-        let (four_bytes, six_bytes) = (record_bytes(tree, 4), record_bytes(tree, 6));
-        tree.insert(four, six_bytes).unwrap();
-        tree.insert(six, four_bytes).unwrap();
+        let (four, six) = (record_bytes(tree, 4), record_bytes(tree, 6));
+        replace_record(tree, 4, six);
+        replace_record(tree, 6, four);
     });
     let (pos, reason) = first_bad(dir.path()).unwrap();
     assert_eq!(pos, 4);
@@ -123,7 +177,7 @@ fn a_record_from_another_session_spliced_in_is_found() {
     let dir = journal_dir();
     tamper(dir.path(), |tree| {
         // Re-encode session a's record 6 as if it were session b's next record, with a
-        // valid checksum and a valid link to b's last record: only the stream index and
+        // valid checksum and a valid link to b's last record: only the manifest and
         // a's own chain can tell.
         let original = codec::decode(&record_bytes(tree, 6)).unwrap();
         let last_b = record_bytes(tree, 9);
@@ -133,11 +187,11 @@ fn a_record_from_another_session_spliced_in_is_found() {
             prev_hash: codec::hash(&last_b),
             ..original
         };
-        tree.insert(key_of(tree, 6), codec::encode(&forged).unwrap())
-            .unwrap();
+        replace_record(tree, 6, codec::encode(&forged).unwrap());
     });
     let (pos, reason) = first_bad(dir.path()).unwrap();
     assert_eq!(pos, 6, "{reason}");
+    assert!(reason.contains("spliced"), "{reason}");
 }
 
 #[test]
@@ -148,8 +202,7 @@ fn a_rewritten_record_breaks_the_next_hash_link() {
         // from the session's next record.
         let mut body = codec::decode(&record_bytes(tree, 2)).unwrap();
         body.event = event(99);
-        tree.insert(key_of(tree, 2), codec::encode(&body).unwrap())
-            .unwrap();
+        replace_record(tree, 2, codec::encode(&body).unwrap());
     });
     let (pos, reason) = first_bad(dir.path()).unwrap();
     assert_eq!(pos, 4, "{reason}");
@@ -157,13 +210,14 @@ fn a_rewritten_record_breaks_the_next_hash_link() {
 }
 
 #[test]
-fn a_damaged_batch_manifest_is_found() {
+fn a_damaged_segment_manifest_is_found() {
     let dir = journal_dir();
     tamper(dir.path(), |tree| {
-        let (key, manifest) = tree.scan_prefix([b'L']).nth(3).unwrap().unwrap();
-        let mut bytes = manifest.to_vec();
-        let last = bytes.len() - 1;
-        bytes[last] ^= 0x01;
+        let key = segment_key(tree, 3);
+        let mut bytes = tree.get(&key).unwrap().unwrap().to_vec();
+        // The manifest ends the header, whose length is at bytes 5..9.
+        let header_end = 9 + u32::from_be_bytes(bytes[5..9].try_into().unwrap()) as usize;
+        bytes[header_end - 1] ^= 0x01;
         tree.insert(key, bytes).unwrap();
     });
     let (pos, reason) = first_bad(dir.path()).unwrap();
@@ -172,16 +226,60 @@ fn a_damaged_batch_manifest_is_found() {
 }
 
 #[test]
-fn a_stray_record_no_manifest_names_is_found() {
+fn a_session_index_that_names_the_wrong_records_is_found() {
     let dir = journal_dir();
     tamper(dir.path(), |tree| {
-        // Drop the last batch's manifest: its record stays, named by nothing.
-        let (key, _) = tree.scan_prefix([b'L']).next_back().unwrap().unwrap();
-        tree.remove(key).unwrap();
+        // Point session b's index at session a's records.
+        let (key, bytes) = tree.scan_prefix(b"Ib\0").next().unwrap().unwrap();
+        let mut runs = codec::decode_runs(&bytes).unwrap();
+        assert_eq!(runs[2].pos, turnstile_journal::JournalPos(5));
+        runs[2].pos = turnstile_journal::JournalPos(4);
+        tree.insert(key, codec::encode_runs(&runs)).unwrap();
     });
     let (pos, reason) = first_bad(dir.path()).unwrap();
-    assert_eq!(pos, 9);
-    assert!(reason.contains("no batch manifest"), "{reason}");
+    assert_eq!(pos, 4, "{reason}");
+    assert!(reason.contains("session index of b"), "{reason}");
+    // Reading the session does not hand out session a's record as b's.
+    let journal = Journal::open(dir.path(), JournalOptions::default()).unwrap();
+    let read: Result<Vec<_>, _> = journal
+        .read_session(&SessionId::parse("b").unwrap(), turnstile_journal::Seq(0))
+        .collect();
+    assert!(read.unwrap_err().to_string().contains("session index"));
+}
+
+#[test]
+fn a_journal_without_its_index_is_read_from_its_segments() {
+    let dir = journal_dir();
+    // As after a crash before the index was written: no index, no watermark.
+    tamper(dir.path(), |tree| {
+        for key in tree.scan_prefix(b"I").keys() {
+            tree.remove(key.unwrap()).unwrap();
+        }
+        assert!(tree.remove(b"W").unwrap().is_some());
+    });
+    let journal = Journal::open(dir.path(), JournalOptions::default()).unwrap();
+    let a = SessionId::parse("a").unwrap();
+    let seqs: Vec<u64> = journal
+        .read_session(&a, turnstile_journal::Seq(2))
+        .map(|record| record.unwrap().pos.0)
+        .collect();
+    assert_eq!(seqs, vec![4, 6, 8]);
+    assert_eq!(journal.session_next_seq(&a).unwrap().0, 5);
+    let records = journal
+        .append_blocking(&a, Expected::Any, vec![event(10)])
+        .unwrap()
+        .unwrap();
+    assert_eq!((records[0].seq.0, records[0].pos.0), (5, 10));
+    assert!(journal.verify(|_| ()).unwrap().is_ok());
+    journal.close().unwrap();
+    drop(journal);
+    // Closing wrote the index again, up to the end.
+    let journal = Journal::open(dir.path(), JournalOptions::default()).unwrap();
+    assert_eq!(
+        journal.read_session(&a, turnstile_journal::Seq(0)).count(),
+        6
+    );
+    assert!(journal.verify(|_| ()).unwrap().is_ok());
 }
 
 #[test]

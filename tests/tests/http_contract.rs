@@ -87,7 +87,15 @@ async fn hostile_requests_get_a_clear_4xx_and_change_nothing() {
     let long_key = "k".repeat(300);
     let run_path = |suffix: &str| format!("/agents/scripted/runs/{run}{suffix}");
     // (method, path, content type, body, extra header, expected status)
-    let cases: Vec<(&str, String, &str, String, Option<(&str, String)>, u16)> = vec![
+    type Case<'a> = (
+        &'a str,
+        String,
+        &'a str,
+        String,
+        Option<(&'a str, String)>,
+        u16,
+    );
+    let cases: Vec<Case> = vec![
         (
             "POST",
             runs.into(),
