@@ -5,7 +5,9 @@
 //! arrived in one group (so a fast harness costs one sync per batch, not per token),
 //! and only then shows the client-visible ones to streams. The terminal events are
 //! handed back to the session actor, which journals them and frees the session in the
-//! same step, so a client that sees a run end can start the next turn at once.
+//! same step, so a client that sees a run end can start the next turn at once. A turn
+//! that has ended when its last events are read hands those over too: a quick turn
+//! costs two syncs (accepted; everything else), not three.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -184,8 +186,9 @@ pub(crate) struct RunTask {
     pub output_schema: Option<serde_json::Value>,
     /// Why the run's attachments could not be staged: the run fails without a turn.
     pub staging_error: Option<String>,
-    /// Events that start the run (`RunStarted`, a fork), journaled with the first
-    /// events of the turn.
+    /// Events held for the next append: those that start the run (`RunStarted`, a
+    /// fork), journaled with the first events of the turn; and a finished turn's last
+    /// events, journaled with its end.
     pub start_events: Vec<Event>,
 }
 
@@ -282,7 +285,8 @@ impl RunTask {
             }
             self.request.attempt += 1;
         };
-        // A turn that journaled nothing (it failed at once): its start goes with its end.
+        // Whatever is still held (a turn that failed at once, or a finished turn's last
+        // events) goes with the end.
         let terminal = if self.start_events.is_empty() {
             terminal
         } else {
@@ -320,8 +324,18 @@ impl RunTask {
             };
             let Some(first) = first else { break };
             let mut batch = vec![first];
-            while let Ok(event) = receiver.try_recv() {
-                batch.push(event);
+            let mut closed = drain(&mut receiver, &mut batch);
+            if result.is_none() {
+                // Has the turn ended meanwhile? Poll it once, without waiting.
+                let ended = tokio::select! {
+                    biased;
+                    outcome = &mut turn => Some(outcome),
+                    () = std::future::ready(()) => None,
+                };
+                if ended.is_some() {
+                    result = ended;
+                    closed = drain(&mut receiver, &mut batch);
+                }
             }
             if journal_error.is_some() {
                 continue;
@@ -332,6 +346,12 @@ impl RunTask {
                     *first_token = Some(started.elapsed().as_secs_f64());
                 }
                 events.push(self.journal_event(event));
+            }
+            if closed && result.is_some() {
+                // The turn is over and these are its last events: they are journaled
+                // (and shown) with whatever ends the attempt, one sync fewer per turn.
+                self.start_events.extend(events);
+                continue;
             }
             if let Err(error) = self.append(events, records).await {
                 // The turn cannot be recorded, so it must not go on unrecorded.
@@ -542,6 +562,18 @@ impl RunTask {
         broadcast_wire(&self.live, &appended);
         records.extend(appended);
         Ok(())
+    }
+}
+
+/// Takes every harness event waiting in the channel; true once the channel is closed
+/// (the turn dropped its sender: no event will follow).
+fn drain(receiver: &mut mpsc::Receiver<HarnessEvent>, batch: &mut Vec<HarnessEvent>) -> bool {
+    loop {
+        match receiver.try_recv() {
+            Ok(event) => batch.push(event),
+            Err(mpsc::error::TryRecvError::Empty) => return false,
+            Err(mpsc::error::TryRecvError::Disconnected) => return true,
+        }
     }
 }
 

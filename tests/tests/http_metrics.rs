@@ -100,4 +100,24 @@ async fn runs_days_and_runtime_counters() {
     assert!(count("turnstile_journal_records ") > 10.0);
     assert!(count("turnstile_journal_sync_seconds_count ") >= 8.0);
     assert!(count("turnstile_journal_appends_total ") >= 8.0);
+
+    // A quick turn is two durable appends, so at most two syncs: the run accepted, then
+    // its start, its events and its end together.
+    let appends_before = count("turnstile_journal_appends_total ");
+    let quick = run(&server, "s1", "u1", "four\n/tool Read {\"path\":\"x\"}").await;
+    assert_eq!(quick["status"], "COMPLETED", "{quick}");
+    let text = client()
+        .get(server.url("/metrics/prometheus"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let appends_after: f64 = text
+        .lines()
+        .find_map(|line| line.strip_prefix("turnstile_journal_appends_total "))
+        .map(|value| value.trim().parse().unwrap())
+        .unwrap();
+    assert_eq!(appends_after - appends_before, 2.0);
 }
