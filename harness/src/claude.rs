@@ -28,7 +28,6 @@
 //! policy decides.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -41,6 +40,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio_util::sync::CancellationToken;
 use turnstile_journal::SessionId;
 
+use crate::process::{TranscriptTail, kill_tree};
 use crate::{
     CompactRequest, Compaction, ErrorKind, EventSink, Harness, HarnessError, HarnessEvent,
     HarnessInfo, ModelUsage, ToolCall, TurnOutcome, TurnRequest, Usage,
@@ -260,18 +260,7 @@ impl CliProcess {
     /// commands in groups of their own), collected before any dies so none is
     /// orphaned out of reach.
     fn kill(&mut self) {
-        if let Some(pid) = self.child.id() {
-            let mut targets: Vec<String> = descendants(pid).iter().map(u32::to_string).collect();
-            targets.push(format!("-{pid}"));
-            let _ = std::process::Command::new("kill")
-                .arg("-KILL")
-                .arg("--")
-                .args(&targets)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
-        let _ = self.child.start_kill();
+        kill_tree(&mut self.child);
     }
 
     fn stderr_tail(&self) -> String {
@@ -284,73 +273,6 @@ impl Drop for CliProcess {
     fn drop(&mut self) {
         if self.alive() {
             self.kill();
-        }
-    }
-}
-
-/// Every process below `root`, from `/proc` (empty where there is no `/proc`).
-fn descendants(root: u32) -> Vec<u32> {
-    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
-        let Some(ppid) = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|ppid| ppid.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        children.entry(ppid).or_default().push(pid);
-    }
-    let mut found = Vec::new();
-    let mut next = vec![root];
-    while let Some(pid) = next.pop() {
-        for child in children.get(&pid).into_iter().flatten() {
-            found.push(*child);
-            next.push(*child);
-        }
-    }
-    found
-}
-
-/// Reads the lines appended to a transcript file, keeping those read ahead.
-struct TranscriptTail {
-    path: PathBuf,
-    offset: u64,
-    partial: Vec<u8>,
-    ahead: VecDeque<String>,
-}
-
-impl TranscriptTail {
-    fn read_more(&mut self) {
-        let Ok(mut file) = std::fs::File::open(&self.path) else {
-            return;
-        };
-        if file.seek(SeekFrom::Start(self.offset)).is_err() {
-            return;
-        }
-        let mut bytes = Vec::new();
-        if file.read_to_end(&mut bytes).is_err() {
-            return;
-        }
-        self.offset += bytes.len() as u64;
-        self.partial.extend_from_slice(&bytes);
-        while let Some(end) = self.partial.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.partial.drain(..=end).collect();
-            let line = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
-            if !line.trim().is_empty() {
-                self.ahead.push_back(line);
-            }
         }
     }
 }
@@ -526,12 +448,7 @@ impl ClaudeCodeHarness {
             stdin,
             stdout: BufReader::new(stdout).lines(),
             stderr: tail,
-            transcript: TranscriptTail {
-                offset: text.len() as u64,
-                path,
-                partial: Vec::new(),
-                ahead: VecDeque::new(),
-            },
+            transcript: TranscriptTail::new(path, text.len() as u64),
             seen: request
                 .transcript
                 .iter()

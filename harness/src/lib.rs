@@ -9,6 +9,7 @@
 //! This crate does not journal, schedule or retry: the actors do that.
 
 pub mod claude;
+mod process;
 pub mod scripted;
 
 use futures::future::BoxFuture;
