@@ -395,7 +395,7 @@ pub struct Run {
 }
 
 /// Bytes of one encoded [`Run`].
-const RUN_BYTES: usize = 20;
+pub const RUN_BYTES: usize = 20;
 
 /// Encodes a session index chunk: per run `[first_seq u64 BE][count u32 BE][pos u64 BE]`.
 /// The index is derived from the segments (`verify` checks it against them).

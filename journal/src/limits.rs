@@ -15,6 +15,9 @@ pub const GROUP_COMMIT_BYTES_MAX: usize = 1024 * 1024;
 /// since, in milliseconds. Until then those records are found through an in-memory tail,
 /// which reopening rebuilds from the segments past the index's watermark.
 pub const SESSION_INDEX_FLUSH_MS: u64 = 100;
+/// Runs one chunk of a session's index holds before the next chunk begins (a chunk is
+/// rewritten whole when runs are added to it: 64 runs are 1,280 bytes).
+pub const SESSION_INDEX_CHUNK_RUNS: usize = 64;
 /// Runs (one per append request) the in-memory tail of the session index holds at most
 /// before the committer writes them to the index, whatever the time.
 pub const SESSION_INDEX_TAIL_RUNS_MAX: usize = 65_536;

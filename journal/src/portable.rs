@@ -134,10 +134,11 @@ fn write(tree: &sled::Tree, pending: Pending) -> Result<(), Error> {
         pos += u64::from(entry.count);
     }
     store::write_index(
+        tree,
         &mut batch,
         runs.iter().map(|(id, runs)| (*id, runs.as_slice())),
         JournalPos(pos),
-    );
+    )?;
     tree.apply_batch(batch)?;
     Ok(())
 }

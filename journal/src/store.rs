@@ -6,7 +6,8 @@
 //! however many appenders it serves (sled's cost is per key: a key per record, scattered
 //! over the sessions, ran at 0.65-0.75 of a sequential-key ceiling). `I` + session id +
 //! `0x00` + first seq (u64 BE) holds a chunk of the session index: runs of the
-//! session's records and their positions. The committer writes the index for the
+//! session's records and their positions (up to [`limits::SESSION_INDEX_CHUNK_RUNS`]
+//! a chunk). The committer writes the index for the
 //! records of the last [`limits::SESSION_INDEX_FLUSH_MS`] in one go, with `W` (the
 //! position below which the index is complete) in the same atomic batch; records past
 //! `W` are found through an in-memory tail that opening rebuilds from the segments.
@@ -260,21 +261,45 @@ pub(crate) fn index_key(session_id: &SessionId, first_seq: Seq) -> Vec<u8> {
     key
 }
 
-/// Adds one session index chunk per session of `runs`, and the watermark, to a batch.
+/// Adds the runs of each session to its session index, and the watermark, to a batch:
+/// appended to the session's last chunk while it holds fewer than
+/// [`limits::SESSION_INDEX_CHUNK_RUNS`], else as a new chunk, so a session that appends
+/// a little at a time does not collect a chunk per index write.
+/// Nothing is added to the batch when reading a last chunk fails.
 pub(crate) fn write_index<'a>(
+    tree: &sled::Tree,
     batch: &mut sled::Batch,
     runs: impl IntoIterator<Item = (&'a SessionId, &'a [Run])>,
     watermark: JournalPos,
-) {
+) -> Result<(), Error> {
+    let mut writes: Vec<(sled::IVec, Vec<u8>)> = Vec::new();
     for (session_id, runs) in runs {
-        if let Some(first) = runs.first() {
-            batch.insert(
-                index_key(session_id, first.first_seq),
+        let Some(first) = runs.first() else {
+            continue;
+        };
+        let last_chunk = tree
+            .range(index_prefix(session_id)..index_end(session_id))
+            .next_back()
+            .transpose()?;
+        match last_chunk {
+            Some((key, bytes))
+                if bytes.len() / codec::RUN_BYTES < limits::SESSION_INDEX_CHUNK_RUNS =>
+            {
+                let mut merged = bytes.to_vec();
+                merged.extend_from_slice(&codec::encode_runs(runs));
+                writes.push((key, merged));
+            }
+            _ => writes.push((
+                index_key(session_id, first.first_seq).into(),
                 codec::encode_runs(runs),
-            );
+            )),
         }
     }
+    for (key, value) in writes {
+        batch.insert(key, value);
+    }
     batch.insert(WATERMARK, &watermark.0.to_be_bytes());
+    Ok(())
 }
 
 /// The watermark of the session index (0 for a journal that never wrote one).
@@ -1151,12 +1176,14 @@ impl Committer {
             return;
         }
         let mut batch = sled::Batch::default();
-        write_index(
+        let written = write_index(
+            &self.tree,
             &mut batch,
             tail.runs.iter().map(|(id, runs)| (id, runs.as_slice())),
             JournalPos(self.next_pos),
-        );
-        match self.tree.apply_batch(batch) {
+        )
+        .and_then(|()| Ok(self.tree.apply_batch(batch)?));
+        match written {
             Ok(()) => *tail = Tail::default(),
             Err(error) => tracing::warn!(%error, "could not write the session index on close"),
         }
@@ -1312,14 +1339,22 @@ impl Committer {
         let due = tail.len >= limits::SESSION_INDEX_TAIL_RUNS_MAX
             || self.index_written.elapsed()
                 >= Duration::from_millis(limits::SESSION_INDEX_FLUSH_MS);
-        if due {
-            write_index(
-                batch,
-                tail.runs.iter().map(|(id, runs)| (id, runs.as_slice())),
-                JournalPos(pos),
-            );
+        if !due {
+            return false;
         }
-        due
+        match write_index(
+            &self.tree,
+            batch,
+            tail.runs.iter().map(|(id, runs)| (id, runs.as_slice())),
+            JournalPos(pos),
+        ) {
+            Ok(()) => true,
+            Err(error) => {
+                // The tail stays and is written with a later batch.
+                tracing::warn!(%error, "session index not written with this batch");
+                false
+            }
+        }
     }
 
     /// Assigns positions, sequences and hash links to one request's events and adds

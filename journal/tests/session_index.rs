@@ -130,3 +130,42 @@ fn readers_racing_index_writes_see_every_stream_whole() {
     assert_eq!(records[0].pos, JournalPos(total));
     assert!(journal.verify(|_| ()).unwrap().is_ok());
 }
+
+#[test]
+fn a_session_appending_a_little_at_a_time_keeps_few_index_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path(), JournalOptions::default()).unwrap();
+    let writes = 6;
+    for n in 0..writes {
+        // Each append comes after the index's write interval, so each writes the index.
+        std::thread::sleep(Duration::from_millis(
+            turnstile_journal::limits::SESSION_INDEX_FLUSH_MS + 20,
+        ));
+        journal
+            .append_blocking(&session(0), Expected::Any, vec![event(0, n)])
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(read_whole(&journal, 0, 0), writes);
+    journal.close().unwrap();
+    drop(journal);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let db = loop {
+        match sled::Config::new()
+            .path(dir.path())
+            .segment_size(turnstile_journal::limits::SLED_SEGMENT_BYTES)
+            .open()
+        {
+            Ok(db) => break db,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(error) => panic!("{error}"),
+        }
+    };
+    let tree = db.open_tree("journal").unwrap();
+    let chunks: Vec<_> = tree.scan_prefix(b"Is0\0").map(Result::unwrap).collect();
+    // One chunk, its runs added write after write (one run per append).
+    assert_eq!(chunks.len(), 1);
+    let runs = turnstile_journal::codec::decode_runs(&chunks[0].1).unwrap();
+    assert_eq!(runs.len() as u64, writes);
+    assert_eq!(runs.last().unwrap().first_seq, Seq(writes - 1));
+}
