@@ -1251,9 +1251,9 @@ impl Committer {
                 &mut batch,
                 (&mut manifest, &mut records),
             ) {
-                Ok(Ok(records)) => {
-                    staged.extend(records.iter().cloned());
-                    answers.push((reply, Ok(records)));
+                Ok(Ok(recorded)) => {
+                    staged.extend(recorded.iter().cloned());
+                    answers.push((reply, Ok(recorded)));
                 }
                 Ok(Err(conflict)) => answers.push((reply, Err(conflict))),
                 Err(error) => {
