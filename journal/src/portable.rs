@@ -16,9 +16,11 @@ use crate::codec::{self, Hash, ManifestEntry, Run};
 use crate::event::Event;
 use crate::ids::{JournalPos, Seq, SessionId};
 use crate::store::{self, Recorded};
-use crate::{Error, JournalOptions};
+use crate::{Error, JournalOptions, limits};
 
-/// Records written per sled batch while importing.
+/// Records written per sled batch (one segment) while importing, at most; a segment
+/// also ends once it holds [`limits::GROUP_COMMIT_BYTES_MAX`] bytes, as the
+/// committer's do.
 const IMPORT_BATCH_RECORDS: usize = 1024;
 
 /// One exported record.
@@ -100,6 +102,7 @@ struct Pending {
     manifest: Vec<ManifestEntry>,
     first_pos: u64,
     records: Vec<Vec<u8>>,
+    bytes: usize,
 }
 
 impl Pending {
@@ -109,6 +112,7 @@ impl Pending {
             manifest: Vec::new(),
             first_pos,
             records: Vec::new(),
+            bytes: 0,
         }
     }
 }
@@ -254,6 +258,7 @@ fn import_into(
                 body.session_id, body.seq
             ));
         }
+        pending.bytes += bytes.len();
         pending.records.push(bytes);
         store::index_event(
             &mut pending.batch,
@@ -276,7 +281,9 @@ fn import_into(
         }
         heads.insert(body.session_id, (body.seq.0 + 1, hash));
         next_pos += 1;
-        if pending.records.len() == IMPORT_BATCH_RECORDS {
+        if pending.records.len() == IMPORT_BATCH_RECORDS
+            || pending.bytes >= limits::GROUP_COMMIT_BYTES_MAX
+        {
             write(
                 &tree,
                 std::mem::replace(&mut pending, Pending::new(next_pos)),

@@ -3,6 +3,8 @@
 //! stream whole, in order, without a repeat or a gap, and `verify` running meanwhile
 //! finds nothing wrong; a journal reopened after a clean close reads the same.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -164,18 +166,7 @@ fn a_session_appending_a_little_at_a_time_keeps_few_index_chunks() {
     assert_eq!(read_whole(&journal, 0, 0), writes);
     journal.close().unwrap();
     drop(journal);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let db = loop {
-        match sled::Config::new()
-            .path(dir.path())
-            .segment_size(turnstile_journal::limits::SLED_SEGMENT_BYTES)
-            .open()
-        {
-            Ok(db) => break db,
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            Err(error) => panic!("{error}"),
-        }
-    };
+    let db = common::open_sled(dir.path());
     let tree = db.open_tree("journal").unwrap();
     let chunks: Vec<_> = tree.scan_prefix(b"Is0\0").map(Result::unwrap).collect();
     // One chunk, its runs added write after write (one run per append).

@@ -1,6 +1,8 @@
 //! `verify` against real tampering: the journal is written through the API, then
 //! edited underneath with sled directly, the way an attacker or a bad disk would.
 
+mod common;
+
 use turnstile_journal::codec::{self, RecordBody};
 use turnstile_journal::{
     Event, EventIndex, Expected, Journal, JournalOptions, JournalPos, RunId, SessionId,
@@ -74,22 +76,7 @@ fn replace_record(tree: &sled::Tree, pos: u64, bytes: Vec<u8>) {
 }
 
 fn tamper(dir: &std::path::Path, edit: impl FnOnce(&sled::Tree)) {
-    // sled lets go of its file lock shortly after the journal is dropped.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    let db = loop {
-        match sled::Config::new()
-            .path(dir)
-            .segment_size(turnstile_journal::limits::SLED_SEGMENT_BYTES)
-            .open()
-        {
-            Ok(db) => break db,
-            Err(error) if std::time::Instant::now() < deadline => {
-                assert!(error.to_string().contains("lock"), "{error}");
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            Err(error) => panic!("{error}"),
-        }
-    };
+    let db = common::open_sled(dir);
     let tree = db.open_tree("journal").unwrap();
     edit(&tree);
     db.flush().unwrap();
