@@ -417,3 +417,37 @@ proptest! {
         prop_assert!(verified.is_ok(), "verify: {:?}", verified);
     }
 }
+
+proptest! {
+    #[test]
+    fn segments_round_trip(records in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 1..20), split in any::<u8>()) {
+        // Two sessions share the records: the first `cut` to one, the rest to the other.
+        let cut = usize::from(split) % (records.len() + 1);
+        let mut entries = Vec::new();
+        if cut > 0 {
+            entries.push(codec::ManifestEntry { session_id: SessionId::parse("a").unwrap(), first_seq: Seq(7), count: cut as u32 });
+        }
+        if cut < records.len() {
+            entries.push(codec::ManifestEntry { session_id: SessionId::parse("b").unwrap(), first_seq: Seq(0), count: (records.len() - cut) as u32 });
+        }
+        let bytes = codec::encode_segment(&entries, &records);
+        let segment = codec::Segment::parse(bytes.as_slice()).unwrap();
+        prop_assert_eq!(segment.entries().unwrap(), entries);
+        prop_assert_eq!(segment.len(), records.len());
+        for (index, record) in records.iter().enumerate() {
+            prop_assert_eq!(segment.record(index), Some(record.as_slice()));
+        }
+    }
+
+    #[test]
+    fn any_bytes_parse_as_a_segment_or_an_error_never_a_panic(header in proptest::collection::vec(any::<u8>(), 0..120), rest in proptest::collection::vec(any::<u8>(), 0..120), declared in any::<Option<u32>>()) {
+        // A header with a valid checksum, so parsing goes on into the framing.
+        let mut bytes = vec![codec::SEGMENT_VERSION];
+        bytes.extend_from_slice(&crc32fast::hash(&header).to_le_bytes());
+        bytes.extend_from_slice(&declared.unwrap_or(header.len() as u32).to_be_bytes());
+        bytes.extend_from_slice(&header);
+        bytes.extend_from_slice(&rest);
+        let _ = codec::Segment::parse(bytes.as_slice()).map(|segment| segment.entries());
+        let _ = codec::decode_runs(&rest);
+    }
+}
