@@ -305,3 +305,15 @@ pub async fn get_json(server: &Server, path: &str) -> serde_json::Value {
         .await
         .expect("a JSON body")
 }
+
+/// `GET path` on the server, its body as text.
+pub async fn get_text(server: &Server, path: &str) -> String {
+    http_client()
+        .get(server.url(path))
+        .send()
+        .await
+        .expect("GET")
+        .text()
+        .await
+        .expect("a text body")
+}

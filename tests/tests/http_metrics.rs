@@ -2,7 +2,7 @@
 //! `details.model`, agno's daily aggregates, and the Prometheus counters.
 
 use serde_json::Value;
-use turnstile_tests::{Server, get_json, http_client as client};
+use turnstile_tests::{Server, get_json, get_text, http_client as client};
 
 async fn run(server: &Server, session: &str, user: &str, message: &str) -> Value {
     client()
@@ -19,6 +19,13 @@ async fn run(server: &Server, session: &str, user: &str, message: &str) -> Value
         .json()
         .await
         .unwrap()
+}
+
+/// A sample's value in Prometheus text (0 when it is absent).
+fn sample(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name).map(|v| v.trim().parse().unwrap()))
+        .unwrap_or(0.0)
 }
 
 #[tokio::test]
@@ -92,11 +99,7 @@ async fn runs_days_and_runtime_counters() {
     ] {
         assert!(text.contains(expected), "missing {expected:?} in\n{text}");
     }
-    let count = |name: &str| -> f64 {
-        text.lines()
-            .find_map(|line| line.strip_prefix(name).map(|v| v.trim().parse().unwrap()))
-            .unwrap_or(0.0)
-    };
+    let count = |name: &str| sample(&text, name);
     assert!(count("turnstile_journal_records ") > 10.0);
     assert!(count("turnstile_journal_sync_seconds_count ") >= 8.0);
     assert!(count("turnstile_journal_appends_total ") >= 8.0);
@@ -106,18 +109,7 @@ async fn runs_days_and_runtime_counters() {
     let appends_before = count("turnstile_journal_appends_total ");
     let quick = run(&server, "s1", "u1", "four\n/tool Read {\"path\":\"x\"}").await;
     assert_eq!(quick["status"], "COMPLETED", "{quick}");
-    let text = client()
-        .get(server.url("/metrics/prometheus"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let appends_after: f64 = text
-        .lines()
-        .find_map(|line| line.strip_prefix("turnstile_journal_appends_total "))
-        .map(|value| value.trim().parse().unwrap())
-        .unwrap();
+    let text = get_text(&server, "/metrics/prometheus").await;
+    let appends_after = sample(&text, "turnstile_journal_appends_total ");
     assert_eq!(appends_after - appends_before, 2.0);
 }
