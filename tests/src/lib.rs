@@ -230,11 +230,11 @@ pub fn turnstile(args: &[&str]) -> Output {
 /// Runs `turnstile ARGS`, fails the test unless it exits 0, and returns its stdout.
 pub fn turnstile_ok(args: &[&str]) -> String {
     let out = turnstile(args);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stdout = lossy(&out.stdout);
     assert!(
         out.status.success(),
         "turnstile {args:?} failed: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
+        lossy(&out.stderr)
     );
     stdout
 }
@@ -316,4 +316,40 @@ pub async fn get_text(server: &Server, path: &str) -> String {
         .text()
         .await
         .expect("a text body")
+}
+
+/// `POST path` on the server with a form body; the response.
+pub async fn post_form(server: &Server, path: &str, form: &[(&str, &str)]) -> reqwest::Response {
+    http_client()
+        .post(server.url(path))
+        .form(form)
+        .send()
+        .await
+        .expect("POST")
+}
+
+/// `POST path` on the server with a form body; its body as JSON.
+pub async fn post_form_json(
+    server: &Server,
+    path: &str,
+    form: &[(&str, &str)],
+) -> serde_json::Value {
+    post_form(server, path, form)
+        .await
+        .json()
+        .await
+        .expect("a JSON body")
+}
+
+/// The value of a sample in Prometheus text, by the name (and labels) it starts with.
+pub fn prometheus_sample(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        line.strip_prefix(name)
+            .map(|v| v.trim().parse().expect("a number"))
+    })
+}
+
+/// A process's output as text.
+pub fn lossy(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }

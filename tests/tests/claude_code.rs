@@ -10,20 +10,8 @@ use serde_json::{Value, json};
 use turnstile_tests::claude::{claude_bin, claude_config, cli_pids, processes_running};
 use turnstile_tests::fake_anthropic::FakeAnthropic;
 use turnstile_tests::{
-    Server, event_types, get_json, http_client as client, parse_sse, turnstile_ok,
+    Server, event_types, get_json, http_client as client, parse_sse, post_form_json, turnstile_ok,
 };
-
-async fn post_form(server: &Server, path: &str, form: &[(&str, &str)]) -> Value {
-    client()
-        .post(server.url(path))
-        .form(form)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
 
 async fn run(server: &Server, session: &str, message: &str) -> Value {
     let form = [
@@ -31,13 +19,13 @@ async fn run(server: &Server, session: &str, message: &str) -> Value {
         ("session_id", session),
         ("stream", "false"),
     ];
-    post_form(server, "/agents/claude/runs", &form).await
+    post_form_json(server, "/agents/claude/runs", &form).await
 }
 
 /// Cancels a run and waits (at most 5 s) until it reads `CANCELLED`.
 async fn cancel_and_wait(server: &Server, run_id: &str, session: &str) {
     let cancelled_at = Instant::now();
-    post_form(server, &format!("/agents/claude/runs/{run_id}/cancel"), &[]).await;
+    post_form_json(server, &format!("/agents/claude/runs/{run_id}/cancel"), &[]).await;
     let path = format!("/agents/claude/runs/{run_id}?session_id={session}");
     while get_json(server, &path).await["status"] != "CANCELLED" {
         assert!(
@@ -584,7 +572,7 @@ async fn cancel_stops_the_cli_and_no_cli_outlives_the_server() {
     let server = Server::start_with(&data, &["--config", config.to_str().unwrap()]);
 
     // A slow stream, cancelled once text has arrived.
-    let accepted = post_form(
+    let accepted = post_form_json(
         &server,
         "/agents/claude/runs",
         &[
@@ -613,7 +601,7 @@ async fn cancel_stops_the_cli_and_no_cli_outlives_the_server() {
     wait_until("the cancelled CLI is gone", || cli_pids(&data).is_empty());
 
     // A tool call in progress: the command the CLI started dies with it.
-    let accepted = post_form(
+    let accepted = post_form_json(
         &server,
         "/agents/claude/runs",
         &[
@@ -652,7 +640,7 @@ async fn structured_output_and_attachments_reach_the_cli() {
         "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
         "required": ["name", "age"]})
     .to_string();
-    let answer = post_form(
+    let answer = post_form_json(
         &server,
         "/agents/claude/runs",
         &[

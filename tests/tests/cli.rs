@@ -4,11 +4,7 @@
 
 use std::time::Duration;
 
-use turnstile_tests::{Server, turnstile};
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use turnstile_tests::{Server, lossy, turnstile};
 
 #[tokio::test]
 async fn verify_reports_a_sound_journal_and_refuses_while_a_server_holds_it() {
@@ -35,9 +31,9 @@ async fn verify_reports_a_sound_journal_and_refuses_while_a_server_holds_it() {
     let held = turnstile(&["journal", "verify", "--data-dir", &data_dir]);
     assert_eq!(held.status.code(), Some(2));
     assert!(
-        text(&held.stderr).contains("held by another process"),
+        lossy(&held.stderr).contains("held by another process"),
         "{}",
-        text(&held.stderr)
+        lossy(&held.stderr)
     );
     server.terminate();
 
@@ -46,9 +42,9 @@ async fn verify_reports_a_sound_journal_and_refuses_while_a_server_holds_it() {
         verified.status.code(),
         Some(0),
         "{}",
-        text(&verified.stderr)
+        lossy(&verified.stderr)
     );
-    let summary = text(&verified.stdout);
+    let summary = lossy(&verified.stdout);
     assert!(summary.contains("3 streams"), "{summary}");
     assert!(summary.contains("journal ok"), "{summary}");
     // Piped output is one line: no progress bar noise.
@@ -66,9 +62,9 @@ fn verify_of_a_directory_without_a_journal_says_so() {
     ]);
     assert_eq!(output.status.code(), Some(2));
     assert!(
-        text(&output.stderr).contains("holds no journal"),
+        lossy(&output.stderr).contains("holds no journal"),
         "{}",
-        text(&output.stderr)
+        lossy(&output.stderr)
     );
 }
 
@@ -90,9 +86,9 @@ fn an_unknown_configuration_key_is_named() {
     ]);
     assert_ne!(output.status.code(), Some(0));
     assert!(
-        text(&output.stderr).contains("max_concurent_runs"),
+        lossy(&output.stderr).contains("max_concurent_runs"),
         "{}",
-        text(&output.stderr)
+        lossy(&output.stderr)
     );
 }
 
@@ -110,6 +106,6 @@ fn every_subcommand_has_help() {
     ] {
         let output = turnstile(&args);
         assert_eq!(output.status.code(), Some(0), "{args:?}");
-        assert!(text(&output.stdout).contains("Usage"), "{args:?}");
+        assert!(lossy(&output.stdout).contains("Usage"), "{args:?}");
     }
 }

@@ -6,27 +6,13 @@ use std::path::Path;
 
 use serde_json::Value;
 use turnstile_journal::{Journal, JournalOptions};
-use turnstile_tests::{Server, http_client as client, turnstile, write_config};
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-async fn post(server: &Server, path: &str, form: &[(&str, &str)]) -> Value {
-    client()
-        .post(server.url(path))
-        .form(form)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
+use turnstile_tests::{
+    Server, http_client as client, lossy, post_form_json, turnstile, write_config,
+};
 
 /// A session with a retried run, a fork, a compaction and a cancelled run.
 async fn eventful_session(server: &Server) -> String {
-    post(
+    post_form_json(
         server,
         "/agents/scripted/runs",
         &[
@@ -36,7 +22,7 @@ async fn eventful_session(server: &Server) -> String {
         ],
     )
     .await;
-    let first = post(
+    let first = post_form_json(
         server,
         "/agents/scripted/runs",
         &[
@@ -51,7 +37,7 @@ async fn eventful_session(server: &Server) -> String {
     .await;
     assert_eq!(first["status"], "COMPLETED", "{first}");
     let run_id = first["run_id"].as_str().unwrap().to_owned();
-    post(
+    post_form_json(
         server,
         &format!("/agents/scripted/runs/{run_id}/continue"),
         &[
@@ -61,7 +47,7 @@ async fn eventful_session(server: &Server) -> String {
         ],
     )
     .await;
-    post(
+    post_form_json(
         server,
         "/agents/scripted/runs",
         &[
@@ -71,8 +57,8 @@ async fn eventful_session(server: &Server) -> String {
         ],
     )
     .await;
-    post(server, "/agents/scripted/sessions/audit/compact", &[]).await;
-    let background = post(
+    post_form_json(server, "/agents/scripted/sessions/audit/compact", &[]).await;
+    let background = post_form_json(
         server,
         "/agents/scripted/runs",
         &[
@@ -115,7 +101,7 @@ async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
         &data_arg,
     ]);
     assert_eq!(held.status.code(), Some(2));
-    assert!(text(&held.stderr).contains("held by another process"));
+    assert!(lossy(&held.stderr).contains("held by another process"));
     server.terminate();
 
     let timeline = turnstile(&[
@@ -130,9 +116,9 @@ async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
         timeline.status.code(),
         Some(0),
         "{}",
-        text(&timeline.stderr)
+        lossy(&timeline.stderr)
     );
-    let timeline = text(&timeline.stdout);
+    let timeline = lossy(&timeline.stdout);
     for expected in [
         "session created for agent scripted",
         "queued: \"look around",
@@ -160,7 +146,7 @@ async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
         positions.windows(2).all(|pair| pair[0] < pair[1]),
         "{positions:?}"
     );
-    let one_run = text(
+    let one_run = lossy(
         &turnstile(&[
             "journal",
             "timeline",
@@ -177,12 +163,12 @@ async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
 
     // Every stored projection matches a fold of the events; a corrupted one is reported.
     let rebuilt = turnstile(&["journal", "rebuild", "--data-dir", &data_arg]);
-    assert_eq!(rebuilt.status.code(), Some(0), "{}", text(&rebuilt.stdout));
-    assert!(text(&rebuilt.stdout).contains("stored projections match"));
+    assert_eq!(rebuilt.status.code(), Some(0), "{}", lossy(&rebuilt.stdout));
+    assert!(lossy(&rebuilt.stdout).contains("stored projections match"));
     assert!(
-        !text(&rebuilt.stdout).contains("all 0 "),
+        !lossy(&rebuilt.stdout).contains("all 0 "),
         "{}",
-        text(&rebuilt.stdout)
+        lossy(&rebuilt.stdout)
     );
     {
         let journal = Journal::open(&data, JournalOptions::default()).unwrap();
@@ -198,11 +184,11 @@ async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
     let corrupted = turnstile(&["journal", "rebuild", "--data-dir", &data_arg]);
     assert_eq!(corrupted.status.code(), Some(1));
     assert!(
-        text(&corrupted.stdout).contains(&format!(
+        lossy(&corrupted.stdout).contains(&format!(
             "run/{run_id}: status: stored \"ERROR\", rebuilt \"COMPLETED\""
         )),
         "{}",
-        text(&corrupted.stdout)
+        lossy(&corrupted.stdout)
     );
 
     let first = dir.path().join("first.jsonl");
@@ -218,7 +204,7 @@ async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
         exported.status.code(),
         Some(0),
         "{}",
-        text(&exported.stderr)
+        lossy(&exported.stderr)
     );
     let lines = std::fs::read_to_string(&first).unwrap();
     for line in lines.lines() {
@@ -226,7 +212,7 @@ async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
         assert_eq!(record["hash"].as_str().unwrap().len(), 64);
     }
     // One session's export holds only its records, in order.
-    let session_only = text(
+    let session_only = lossy(
         &turnstile(&[
             "journal",
             "export",
@@ -243,14 +229,14 @@ async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
             .lines()
             .all(|line| line.contains(r#""session_id":"audit""#))
     );
-    let everything = text(&turnstile(&["journal", "export", "--data-dir", &data_arg]).stdout);
+    let everything = lossy(&turnstile(&["journal", "export", "--data-dir", &data_arg]).stdout);
     assert!(
         everything.contains(r#""session_id":"other""#)
             && everything.lines().count() > session_only.lines().count()
     );
     // Piped to stdout: the same lines and nothing else.
     let piped = turnstile(&["journal", "export", "--data-dir", &data_arg]);
-    assert_eq!(text(&piped.stdout), lines);
+    assert_eq!(lossy(&piped.stdout), lines);
 
     let copy = dir.path().join("copy");
     let import = |input: &Path, data: &Path| {
@@ -268,8 +254,8 @@ async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
         imported.status.code(),
         Some(0),
         "{}{}",
-        text(&imported.stdout),
-        text(&imported.stderr)
+        lossy(&imported.stdout),
+        lossy(&imported.stderr)
     );
     let second = dir.path().join("second.jsonl");
     turnstile(&[
@@ -292,7 +278,7 @@ async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
         rebuilt_copy.status.code(),
         Some(0),
         "{}",
-        text(&rebuilt_copy.stdout)
+        lossy(&rebuilt_copy.stdout)
     );
 
     // An edited export is refused at the edited line, and leaves nothing behind.
@@ -308,9 +294,9 @@ async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
     let refused = import(&edited_path, &refused_dir);
     assert_eq!(refused.status.code(), Some(1));
     assert!(
-        text(&refused.stdout).contains(&format!("line {}", target + 1)),
+        lossy(&refused.stdout).contains(&format!("line {}", target + 1)),
         "{}",
-        text(&refused.stdout)
+        lossy(&refused.stdout)
     );
     assert!(!refused_dir.join("db").exists());
     // A removed line: refused at the line after it.
@@ -319,8 +305,8 @@ async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
     std::fs::write(&edited_path, removed.join("\n")).unwrap();
     let refused = import(&edited_path, &refused_dir);
     assert!(
-        text(&refused.stdout).contains("line 6"),
+        lossy(&refused.stdout).contains("line 6"),
         "{}",
-        text(&refused.stdout)
+        lossy(&refused.stdout)
     );
 }

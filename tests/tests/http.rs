@@ -5,16 +5,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use turnstile_tests::{Server, event_types, get_json, http_client as client, parse_sse};
-
-async fn post_form(server: &Server, path: &str, form: &[(&str, &str)]) -> reqwest::Response {
-    client()
-        .post(server.url(path))
-        .form(form)
-        .send()
-        .await
-        .unwrap()
-}
+use turnstile_tests::{Server, event_types, get_json, http_client as client, parse_sse, post_form};
 
 async fn run_json(server: &Server, session: &str, message: &str) -> Value {
     let response = post_form(

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use serde_json::Value;
-use turnstile_tests::{Server, get_json, http_client as client};
+use turnstile_tests::{Server, get_json, http_client as client, prometheus_sample};
 
 /// (method, path) of every `.route(...)` in the gateway's router source.
 fn routed() -> Vec<(String, String)> {
@@ -47,9 +47,7 @@ async fn every_routed_path_is_in_the_openapi_document() {
 }
 
 fn count(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|line| line.strip_prefix(name).map(|v| v.trim().parse().unwrap()))
-        .unwrap_or(-1.0)
+    prometheus_sample(text, name).unwrap_or(-1.0)
 }
 
 #[tokio::test]

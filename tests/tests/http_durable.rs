@@ -7,17 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use turnstile_tests::{
-    Frame, Server, event_types, get_json, http_client as client, parse_sse, write_config,
+    Frame, Server, event_types, get_json, http_client as client, parse_sse, post_form, write_config,
 };
-
-async fn post(server: &Server, path: &str, form: &[(&str, &str)]) -> reqwest::Response {
-    client()
-        .post(server.url(path))
-        .form(form)
-        .send()
-        .await
-        .unwrap()
-}
 
 async fn get_run(server: &Server, run_id: &str) -> Value {
     get_json(server, &format!("/agents/scripted/runs/{run_id}")).await
@@ -37,7 +28,7 @@ async fn wait_for_end(server: &Server, run_id: &str) -> Value {
 }
 
 async fn background(server: &Server, session: &str, message: &str) -> String {
-    let response = post(
+    let response = post_form(
         server,
         "/agents/scripted/runs",
         &[
@@ -98,7 +89,7 @@ async fn a_background_run_answers_202_then_runs() {
 async fn a_background_stream_indexes_every_frame() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    let body = post(
+    let body = post_form(
         &server,
         "/agents/scripted/runs",
         &[
@@ -130,7 +121,7 @@ async fn a_background_stream_indexes_every_frame() {
 async fn resume_replays_a_finished_run_from_any_index_with_its_real_status() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    let run: Value = post(
+    let run: Value = post_form(
         &server,
         "/agents/scripted/runs",
         &[
@@ -164,7 +155,7 @@ async fn resume_replays_a_finished_run_from_any_index_with_its_real_status() {
     let by_header = resume(&server, run_id, &[], Some("4")).await;
     assert_eq!(indexes(&by_header[1..]), (5..total).collect::<Vec<_>>());
     // An errored run reports its real status.
-    let failed: Value = post(
+    let failed: Value = post_form(
         &server,
         "/agents/scripted/runs",
         &[("message", "/fail permanent billing"), ("stream", "false")],
@@ -284,7 +275,7 @@ async fn a_full_queue_answers_429() {
     let _running = background(&server, "a", "/sleep 500").await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let _queued = background(&server, "b", "waits").await;
-    let response = post(
+    let response = post_form(
         &server,
         "/agents/scripted/runs",
         &[
@@ -347,7 +338,7 @@ async fn idle_streams_send_keepalive_comments() {
         &dir.path().join("data"),
         &["--config", config.to_str().unwrap()],
     );
-    let body = post(
+    let body = post_form(
         &server,
         "/agents/scripted/runs",
         &[("message", "/sleep 900\n/reply awake")],
@@ -386,7 +377,7 @@ async fn a_queued_run_survives_a_crash_and_a_running_one_is_resolved() {
     assert_eq!(running_run["status"], "ERROR");
     assert_eq!(running_run["metadata"]["error_type"], "process_stopped");
     // Its session is free again.
-    let next: Value = post(
+    let next: Value = post_form(
         &server,
         "/agents/scripted/runs",
         &[

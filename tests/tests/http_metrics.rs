@@ -2,30 +2,18 @@
 //! `details.model`, agno's daily aggregates, and the Prometheus counters.
 
 use serde_json::Value;
-use turnstile_tests::{Server, get_json, get_text, http_client as client};
+use turnstile_tests::{
+    Server, get_json, get_text, http_client as client, post_form_json, prometheus_sample,
+};
 
 async fn run(server: &Server, session: &str, user: &str, message: &str) -> Value {
-    client()
-        .post(server.url("/agents/scripted/runs"))
-        .form(&[
-            ("message", message),
-            ("session_id", session),
-            ("user_id", user),
-            ("stream", "false"),
-        ])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
-/// A sample's value in Prometheus text (0 when it is absent).
-fn sample(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|line| line.strip_prefix(name).map(|v| v.trim().parse().unwrap()))
-        .unwrap_or(0.0)
+    let form = [
+        ("message", message),
+        ("session_id", session),
+        ("user_id", user),
+        ("stream", "false"),
+    ];
+    post_form_json(server, "/agents/scripted/runs", &form).await
 }
 
 #[tokio::test]
@@ -99,7 +87,7 @@ async fn runs_days_and_runtime_counters() {
     ] {
         assert!(text.contains(expected), "missing {expected:?} in\n{text}");
     }
-    let count = |name: &str| sample(&text, name);
+    let count = |name: &str| prometheus_sample(&text, name).unwrap_or(0.0);
     assert!(count("turnstile_journal_records ") > 10.0);
     assert!(count("turnstile_journal_sync_seconds_count ") >= 8.0);
     assert!(count("turnstile_journal_appends_total ") >= 8.0);
@@ -110,6 +98,6 @@ async fn runs_days_and_runtime_counters() {
     let quick = run(&server, "s1", "u1", "four\n/tool Read {\"path\":\"x\"}").await;
     assert_eq!(quick["status"], "COMPLETED", "{quick}");
     let text = get_text(&server, "/metrics/prometheus").await;
-    let appends_after = sample(&text, "turnstile_journal_appends_total ");
+    let appends_after = prometheus_sample(&text, "turnstile_journal_appends_total ").unwrap();
     assert_eq!(appends_after - appends_before, 2.0);
 }

@@ -6,23 +6,16 @@ use std::time::Duration;
 
 use serde_json::Value;
 use turnstile_journal::{Journal, JournalOptions, JournalPos};
-use turnstile_tests::{Server, http_client as client};
+use turnstile_tests::{Server, http_client as client, post_form_json};
 
 async fn run(server: &Server, session: &str, user: &str, message: &str) -> Value {
-    client()
-        .post(server.url("/agents/scripted/runs"))
-        .form(&[
-            ("message", message),
-            ("session_id", session),
-            ("user_id", user),
-            ("stream", "false"),
-        ])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    let form = [
+        ("message", message),
+        ("session_id", session),
+        ("user_id", user),
+        ("stream", "false"),
+    ];
+    post_form_json(server, "/agents/scripted/runs", &form).await
 }
 
 async fn get(server: &Server, path: &str) -> (u16, Value) {

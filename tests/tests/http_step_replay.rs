@@ -5,22 +5,17 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use turnstile_tests::{Server, event_types, get_json, http_client as client, parse_sse};
+use turnstile_tests::{
+    Server, event_types, get_json, http_client as client, parse_sse, post_form_json,
+};
 
 async fn run(server: &Server, session: &str, message: &str) -> Value {
-    client()
-        .post(server.url("/agents/scripted/runs"))
-        .form(&[
-            ("message", message),
-            ("session_id", session),
-            ("stream", "false"),
-        ])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    let form = [
+        ("message", message),
+        ("session_id", session),
+        ("stream", "false"),
+    ];
+    post_form_json(server, "/agents/scripted/runs", &form).await
 }
 
 #[tokio::test]
