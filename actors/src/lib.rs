@@ -8,6 +8,7 @@
 //!
 //! This crate does not speak HTTP and does not parse configuration files.
 
+mod api;
 pub mod history;
 mod registry;
 mod run;
@@ -16,9 +17,10 @@ mod session;
 mod stream;
 pub mod uploads;
 
-pub use run::{RetryPolicy, WireEvent};
-pub use runtime::{
-    AgentSpec, CompactOutcome, ContinueFrom, ContinueRun, Multitask, Refused, RunHandle, Runtime,
-    RuntimeConfig, RuntimeCounters, RuntimeError, StartRun,
+pub use api::{
+    AgentSpec, CompactOutcome, ContinueFrom, ContinueRun, Multitask, Refused, RuntimeConfig,
+    RuntimeCounters, RuntimeError, StartRun,
 };
+pub use run::{RetryPolicy, WireEvent};
+pub use runtime::{RunHandle, Runtime};
 pub use stream::RunEvents;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use turnstile_journal::SessionId;
 
-use crate::session::{SessionActor, Shared, Wake};
+use crate::session::{Passivated, SessionActor, Shared, Wake};
 
 pub(crate) struct Registry {
     shared: Arc<Shared>,
@@ -37,14 +37,6 @@ impl Actor for Registry {
 #[derive(Message)]
 #[rtype(result = "Addr<SessionActor>")]
 pub(crate) struct GetSession(pub SessionId);
-
-/// A session actor stopped after being idle.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct Passivated {
-    pub session_id: SessionId,
-    pub address: Addr<SessionActor>,
-}
 
 /// Creates the session's actor if it is not in memory (start-up recovery).
 #[derive(Message)]
@@ -81,7 +73,7 @@ impl Handler<GetSession> for Registry {
         let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
         self.next_arbiter = self.next_arbiter.wrapping_add(1);
         let shared = self.shared.clone();
-        let registry = ctx.address();
+        let registry = ctx.address().recipient();
         let id = session_id.clone();
         let address = SessionActor::start_in_arbiter(arbiter, move |_| {
             SessionActor::new(id, shared, registry)

@@ -25,12 +25,11 @@ use turnstile_projections::{RunStatus, RunView, SessionState};
 /// Earlier runs of the branch whose attachments a turn stages again.
 const ATTACHMENT_RUNS_RESTORED: usize = 10;
 
+use crate::api::{AgentSpec, CompactOutcome, Multitask, Refused, RuntimeError, StartRun};
 use crate::history::{branch_history, branch_runs, render_prompt};
-use crate::registry::{Passivated, Registry};
 use crate::run::{
     Finished, RunIdentity, RunTask, WireEvent, broadcast_wire, cancelled_events, failed_events,
 };
-use crate::runtime::{AgentSpec, CompactOutcome, Multitask, Refused, RuntimeError, StartRun};
 
 /// What every actor of one runtime shares.
 pub(crate) struct Shared {
@@ -102,6 +101,15 @@ struct InFlight {
     staged: Vec<RunId>,
 }
 
+/// A session actor stopped after being idle: the registry forgets it. The session
+/// sends it to whoever created it, so this module names no registry.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Passivated {
+    pub session_id: SessionId,
+    pub address: Addr<SessionActor>,
+}
+
 /// A run waiting for its turn.
 struct Queued {
     run_id: RunId,
@@ -115,7 +123,7 @@ struct Queued {
 pub(crate) struct SessionActor {
     session_id: SessionId,
     shared: Arc<Shared>,
-    registry: Addr<Registry>,
+    registry: Recipient<Passivated>,
     state: SessionState,
     queue: VecDeque<Queued>,
     in_flight: Option<InFlight>,
@@ -165,7 +173,7 @@ impl SessionActor {
     pub(crate) fn new(
         session_id: SessionId,
         shared: Arc<Shared>,
-        registry: Addr<Registry>,
+        registry: Recipient<Passivated>,
     ) -> Self {
         SessionActor {
             state: SessionState::new(session_id.clone()),

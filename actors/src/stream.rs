@@ -12,8 +12,8 @@ use futures::Stream;
 use tokio::sync::broadcast;
 use turnstile_journal::{EventIndex, Journal, RunId, Seq, SessionId};
 
+use crate::api::RuntimeError;
 use crate::run::WireEvent;
-use crate::runtime::RuntimeError;
 
 /// See the module documentation.
 pub struct RunEvents {

@@ -4,13 +4,11 @@
 //! `./turnstile-data` on `127.0.0.1:7777`. Unknown keys are an error that names the
 //! key. This module only parses and checks; it starts nothing.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde::Deserialize;
 use turnstile_actors::{AgentSpec, RetryPolicy};
-use turnstile_harness::{ClaudeCodeHarness, ClaudeCodeOptions, Harness, ScriptedHarness};
+use turnstile_harness::{HarnessConfig, HarnessContext};
 
 /// The whole file.
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -58,9 +56,9 @@ impl Default for ServerConfig {
     }
 }
 
-/// One `[[agents]]` entry.
+/// One `[[agents]]` entry: the keys every agent has; the `harness` key and the
+/// harness's own keys are read by the harness crate's table.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct AgentConfig {
     /// Agent id, used in routes.
     pub id: String,
@@ -69,32 +67,8 @@ pub struct AgentConfig {
     /// Description.
     #[serde(default)]
     pub description: String,
-    /// `scripted`, `claude-code` or `codex`.
-    pub harness: String,
-    /// Model name.
-    pub model: Option<String>,
-    /// Working directory of the CLI.
+    /// Working directory of the harness.
     pub cwd: Option<PathBuf>,
-    /// Path of the `claude` CLI.
-    pub claude_bin: Option<String>,
-    /// Path of the `codex` CLI.
-    pub codex_bin: Option<String>,
-    /// Claude permission mode.
-    pub permission_mode: Option<String>,
-    /// Tools the CLI may use.
-    #[serde(default)]
-    pub allowed_tools: Vec<String>,
-    /// Tools the CLI may not use.
-    #[serde(default)]
-    pub disallowed_tools: Vec<String>,
-    /// Turn limit of the CLI.
-    pub max_turns: Option<u32>,
-    /// Budget of the CLI in US dollars.
-    pub max_budget_usd: Option<f64>,
-    /// System prompt.
-    pub system_prompt: Option<String>,
-    /// MCP configuration file.
-    pub mcp_config: Option<PathBuf>,
     /// Retries after a failed attempt (agno default 0).
     #[serde(default)]
     pub retries: u32,
@@ -113,12 +87,10 @@ pub struct AgentConfig {
     pub store_events: bool,
     /// Event types such a list leaves out (agno's `events_to_skip`; default `RunContent`).
     pub events_to_skip: Option<Vec<String>>,
-    /// Environment for the CLI.
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// **ext**: warm CLI processes kept between turns (least recently used evicted; 0:
-    /// a process per turn).
-    pub warm_processes: Option<usize>,
+    /// The harness (`harness = "…"`) with its own options; unknown keys are refused
+    /// there, by name.
+    #[serde(flatten)]
+    pub harness: HarnessConfig,
 }
 
 fn one() -> f64 {
@@ -130,26 +102,14 @@ fn default_agents() -> Vec<AgentConfig> {
         id: "scripted".into(),
         name: Some("Scripted".into()),
         description: "turnstile's built-in scripted harness".into(),
-        harness: "scripted".into(),
-        model: None,
         cwd: None,
-        claude_bin: None,
-        codex_bin: None,
-        permission_mode: None,
-        allowed_tools: Vec::new(),
-        disallowed_tools: Vec::new(),
-        max_turns: None,
-        max_budget_usd: None,
-        system_prompt: None,
-        mcp_config: None,
         retries: 0,
         delay_between_retries_s: 1.0,
         exponential_backoff: false,
         keep_uploads: false,
         store_events: false,
         events_to_skip: None,
-        env: BTreeMap::new(),
-        warm_processes: None,
+        harness: HarnessConfig::default(),
     }]
 }
 
@@ -223,12 +183,6 @@ impl Config {
                     agent.id
                 )));
             }
-            if !matches!(agent.harness.as_str(), "scripted" | "claude-code" | "codex") {
-                return Err(ConfigError::Invalid(format!(
-                    "agent {:?}: unknown harness {:?} (expected scripted, claude-code or codex)",
-                    agent.id, agent.harness
-                )));
-            }
         }
         if !(self.server.session_idle_s.is_finite() && self.server.session_idle_s > 0.0) {
             return Err(ConfigError::Invalid(
@@ -262,49 +216,21 @@ impl Config {
         self.agents
             .iter()
             .map(|agent| {
+                // Without a configured cwd an agent works inside the data directory.
                 let cwd = agent
                     .cwd
                     .clone()
                     .unwrap_or_else(|| self.server.data_dir.join("workspace"));
-                let harness: Arc<dyn Harness> = match agent.harness.as_str() {
-                    "scripted" => Arc::new(ScriptedHarness),
-                    "claude-code" => {
-                        // A path (not a bare name looked up in PATH) is taken from where
-                        // turnstile was started, not from the CLI's own cwd.
-                        let bin = agent.claude_bin.clone().unwrap_or_else(|| "claude".into());
-                        let bin = if bin.contains('/') {
-                            std::path::absolute(&bin).unwrap_or_else(|_| PathBuf::from(&bin))
-                        } else {
-                            PathBuf::from(bin)
-                        };
-                        let mut options = ClaudeCodeOptions::new(
-                            bin,
-                            cwd.clone(),
-                            self.server.data_dir.join("harness").join(&agent.id),
-                        );
-                        if let Some(model) = &agent.model {
-                            options.model = model.clone();
-                        }
-                        options.permission_mode = agent.permission_mode.clone();
-                        options.allowed_tools = agent.allowed_tools.clone();
-                        options.disallowed_tools = agent.disallowed_tools.clone();
-                        options.max_turns = agent.max_turns;
-                        options.max_budget_usd = agent.max_budget_usd;
-                        options.system_prompt = agent.system_prompt.clone();
-                        options.mcp_config = agent.mcp_config.clone();
-                        options.env = agent.env.clone();
-                        if let Some(warm) = agent.warm_processes {
-                            options.warm_processes = warm;
-                        }
-                        Arc::new(ClaudeCodeHarness::new(options))
-                    }
-                    other => {
-                        return Err(ConfigError::Invalid(format!(
-                            "agent {:?}: the {other} harness is not available in this build yet",
-                            agent.id
-                        )));
-                    }
-                };
+                let state_dir = self.server.data_dir.join("harness").join(&agent.id);
+                let harness = agent
+                    .harness
+                    .build(HarnessContext {
+                        cwd: &cwd,
+                        state_dir: &state_dir,
+                    })
+                    .map_err(|error| {
+                        ConfigError::Invalid(format!("agent {:?}: {error}", agent.id))
+                    })?;
                 Ok(AgentSpec {
                     id: agent.id.clone(),
                     name: agent.name.clone().unwrap_or_else(|| agent.id.clone()),
@@ -315,7 +241,6 @@ impl Config {
                         delay_between_retries_s: agent.delay_between_retries_s,
                         exponential_backoff: agent.exponential_backoff,
                     },
-                    // Without a configured cwd an agent works inside the data directory.
                     cwd,
                     keep_uploads: agent.keep_uploads,
                 })

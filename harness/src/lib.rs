@@ -6,10 +6,16 @@
 //! is reported as an event so the runtime can journal it; before a turn the runtime
 //! hands the transcript back, which is how a session resumes anywhere.
 //!
+//! The adapters: [`scripted`] (built in), and the real CLIs on one core ([`cli`]) with a
+//! dialect each ([`claude`], [`codex`]); [`registry`] is the table that names them and
+//! builds one from its configuration keys. Only this crate knows a CLI's dialect.
+//!
 //! This crate does not journal, schedule or retry: the actors do that.
 
 pub mod claude;
-mod process;
+pub mod cli;
+pub mod codex;
+pub mod registry;
 pub mod scripted;
 
 use futures::future::BoxFuture;
@@ -19,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use turnstile_journal::{RunId, SessionId};
 
 pub use claude::{ClaudeCodeHarness, ClaudeCodeOptions};
+pub use registry::{HarnessConfig, HarnessContext};
 pub use scripted::ScriptedHarness;
 
 /// Who the harness is, for agent listings and `RunStarted`.

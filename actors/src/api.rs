@@ -1,0 +1,243 @@
+//! The runtime's public types: agents, commands, outcomes, refusals and faults.
+//!
+//! They live apart from [`crate::Runtime`] so that the session actor, the registry and
+//! the streams can name them without importing the facade that drives them: the
+//! actors' modules depend on this one, never on each other in a circle.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::MailboxError;
+use turnstile_harness::Harness;
+use turnstile_journal::{RunId, SessionId};
+use turnstile_projections::ForkPoint;
+
+use crate::run::RetryPolicy;
+use crate::uploads::Attachment;
+
+/// One configured agent: an id, a display name and the harness that runs its turns.
+#[derive(Clone)]
+pub struct AgentSpec {
+    /// Agent id (URL component).
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// Description for listings.
+    pub description: String,
+    /// The harness.
+    pub harness: Arc<dyn Harness>,
+    /// How failed attempts are retried.
+    pub retry: RetryPolicy,
+    /// The harness's working directory; attachments are staged under
+    /// `<cwd>/.turnstile/uploads/<run_id>/`.
+    pub cwd: PathBuf,
+    /// Keep staged attachments after the run.
+    pub keep_uploads: bool,
+}
+
+/// How to open a runtime.
+pub struct RuntimeConfig {
+    /// The data directory (sled journal).
+    pub data_dir: PathBuf,
+    /// Arbiter threads that host session actors.
+    pub arbiters: usize,
+    /// The agents.
+    pub agents: Vec<AgentSpec>,
+    /// Runs executing at once, across sessions (worker slots).
+    pub max_concurrent_runs: usize,
+    /// Runs accepted and not yet started, across sessions; beyond it starts are refused.
+    pub max_queued_runs: usize,
+    /// How long a session actor stays in memory with nothing to do.
+    pub session_idle: Duration,
+}
+
+impl RuntimeConfig {
+    /// A configuration with the defaults of `spec/cli.md` (8 slots, 10,000 queued runs)
+    /// and a 60 s idle time.
+    pub fn new(data_dir: PathBuf, agents: Vec<AgentSpec>) -> Self {
+        RuntimeConfig {
+            data_dir,
+            arbiters: 2,
+            agents,
+            max_concurrent_runs: 8,
+            max_queued_runs: 10_000,
+            session_idle: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What to do with a turn for a session that is busy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Multitask {
+    /// Refuse it with the running run's id (agno's `SessionBusyError`).
+    #[default]
+    Reject,
+    /// Queue it behind the session's runs, first in, first out.
+    Enqueue,
+}
+
+/// A turn to start.
+#[derive(Debug, Clone)]
+pub struct StartRun {
+    /// Agent.
+    pub agent_id: String,
+    /// Session; a new one when `None`.
+    pub session_id: Option<SessionId>,
+    /// The client's user id.
+    pub user_id: Option<String>,
+    /// The message.
+    pub message: String,
+    /// Run options, recorded with the run (JSON object).
+    pub options: serde_json::Value,
+    /// Busy-session behaviour.
+    pub multitask: Multitask,
+    /// A client key: a repeated submission with it returns the first run.
+    pub idempotency_key: Option<String>,
+    /// For a continuation: the run and harness transcript point it starts from.
+    pub fork: Option<ForkPoint>,
+    /// Files attached to the turn; journaled with it and staged for its harness.
+    pub attachments: Vec<Attachment>,
+}
+
+/// Where a continuation starts in its source run (agno's `continue_from`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContinueFrom {
+    /// After the run's last message.
+    End,
+    /// Before the run's user message: replays the turn (or answers `input` instead).
+    LastUser,
+    /// A message boundary; one inside a tool batch moves to the batch's end.
+    MessageIndex(u32),
+}
+
+/// A continuation of a finished run, as a new run in the same session.
+#[derive(Debug, Clone)]
+pub struct ContinueRun {
+    /// The finished run.
+    pub run_id: RunId,
+    /// Where to continue from.
+    pub continue_from: ContinueFrom,
+    /// The new message; without one, `last_user` replays the turn and other points
+    /// say "Continue from where you left off."
+    pub input: Option<String>,
+    /// The client's user id.
+    pub user_id: Option<String>,
+    /// Run options recorded with the new run (JSON object).
+    pub options: serde_json::Value,
+    /// Busy-session behaviour.
+    pub multitask: Multitask,
+}
+
+/// Run counters since the runtime opened (for metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeCounters {
+    /// Runs that started.
+    pub runs_started: u64,
+    /// Runs that completed.
+    pub runs_completed: u64,
+    /// Runs that ended in an error.
+    pub runs_failed: u64,
+    /// Runs cancelled.
+    pub runs_cancelled: u64,
+    /// Runs waiting in the queue now.
+    pub runs_queued: u64,
+}
+
+/// How a compaction request ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompactOutcome {
+    /// Whether the session was compacted.
+    pub compacted: bool,
+    /// `compacted`, `no_history` or `nothing_to_compact`.
+    pub status: &'static str,
+    /// For humans.
+    pub message: String,
+    /// What was compacted: harness session, summary, messages replaced.
+    pub record: Option<serde_json::Value>,
+}
+
+/// A start refused for a reason the caller can act on: an expected outcome.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// No such agent.
+    #[error("Agent {agent_id} not found")]
+    UnknownAgent {
+        /// The id asked for.
+        agent_id: String,
+    },
+    /// The session has a run in flight.
+    #[error(
+        "Session {session_id} already has run {run_id} in flight. A session takes one turn at a time: wait for that run to finish, or cancel it, then send the turn again."
+    )]
+    Busy {
+        /// The session.
+        session_id: SessionId,
+        /// The run in flight.
+        run_id: RunId,
+    },
+    /// The session belongs to another agent.
+    #[error("Session {session_id} belongs to agent {agent_id}")]
+    AgentMismatch {
+        /// The session.
+        session_id: SessionId,
+        /// Its agent.
+        agent_id: String,
+    },
+    /// The durable queue holds its limit of runs.
+    #[error("The run queue is full ({limit} runs waiting); try again later.")]
+    QueueFull {
+        /// The limit.
+        limit: usize,
+    },
+    /// The session is being compacted.
+    #[error("Session {session_id} is being compacted; send the turn again in a moment.")]
+    Compacting {
+        /// The session.
+        session_id: SessionId,
+    },
+    /// The input cannot be accepted (an attachment name that is not a plain file name,
+    /// or two files of one name).
+    #[error("{reason}")]
+    InvalidInput {
+        /// Why.
+        reason: String,
+    },
+    /// The run cannot be continued.
+    #[error("Cannot continue run {run_id}: {reason}")]
+    NotContinuable {
+        /// The run.
+        run_id: RunId,
+        /// Why.
+        reason: String,
+    },
+    /// No such run.
+    #[error("Run {run_id} not found")]
+    UnknownRun {
+        /// The id asked for.
+        run_id: RunId,
+    },
+    /// The runtime is shutting down.
+    #[error("turnstile is shutting down")]
+    ShuttingDown,
+}
+
+/// A fault of the runtime (not the caller's doing).
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The journal failed.
+    #[error(transparent)]
+    Journal(#[from] turnstile_journal::Error),
+    /// The actor system is gone.
+    #[error("the runtime has stopped")]
+    Stopped,
+    /// Anything else that should not happen.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<MailboxError> for RuntimeError {
+    fn from(_: MailboxError) -> Self {
+        RuntimeError::Stopped
+    }
+}

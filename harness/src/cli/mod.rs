@@ -1,0 +1,497 @@
+//! The CLI harness core: what every harness that drives a real coding-agent CLI does,
+//! whatever the CLI's dialect.
+//!
+//! [`CliHarness`] owns a CLI session's lifecycle: a per-session config directory the
+//! runtime owns, the transcript written back from the journal before a cold start and
+//! mirrored line by line during a turn, the warm process pool, the turn loop (a warm
+//! process that died before answering is replaced by a cold one; a process goes back
+//! to the pool only after a turn that ended well), cancellation (kill the CLI and every
+//! process below it) and compaction driven as a turn.
+//!
+//! A [`Dialect`] says everything CLI-specific: the command and its environment, where
+//! the transcript lives and what identifies a line, how a line is restored into a
+//! (forked) session, how one output line becomes steps, and how a turn's end is read
+//! and its errors classified. This module names no CLI.
+
+mod pool;
+mod process;
+mod transcript;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    CompactRequest, Compaction, ErrorKind, EventSink, Harness, HarnessError, HarnessEvent,
+    HarnessInfo, TurnOutcome, TurnRequest,
+};
+use pool::{Pool, Warm};
+use process::CliProcess;
+use transcript::{TranscriptTail, mirror, restored_text};
+
+/// The options every CLI harness has, borrowed from the dialect's own.
+#[derive(Debug, Clone, Copy)]
+pub struct CliSettings<'a> {
+    /// Path (or name on `PATH`) of the CLI.
+    pub bin: &'a Path,
+    /// Working directory of the CLI (created if missing).
+    pub cwd: &'a Path,
+    /// Where the runtime keeps the CLI's config directories, one per session.
+    pub state_dir: &'a Path,
+    /// Environment added to the CLI's, after the dialect's own.
+    pub env: &'a BTreeMap<String, String>,
+    /// Warm processes kept at most (0: a process per turn).
+    pub warm_processes: usize,
+}
+
+/// What a process is started for.
+#[derive(Debug, Clone, Copy)]
+pub struct Launch<'a> {
+    /// The session's config directory (the CLI's home), created by the core.
+    pub config_dir: &'a Path,
+    /// The working directory, canonical.
+    pub cwd: &'a Path,
+    /// The harness session the process serves.
+    pub harness_session_id: &'a str,
+    /// Whether it resumes that session from the restored transcript (else it starts it).
+    pub resume: bool,
+    /// The turn's JSON Schema, for structured output.
+    pub output_schema: Option<&'a str>,
+}
+
+/// What the core does with one output line, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// The CLI answered something: a warm process that dies after this is not retried.
+    Received,
+    /// Journal the transcript's new lines; with an identity, up to and including that
+    /// line (waiting briefly for it).
+    Mirror(Option<String>),
+    /// Show an event.
+    Emit(HarnessEvent),
+    /// The turn ended; the dialect reads its outcome from this value.
+    End(Value),
+}
+
+/// What the dialect may read while it turns a line into steps.
+#[derive(Debug, Clone, Copy)]
+pub struct LineContext<'a> {
+    /// The transcript the turn started from.
+    pub transcript: &'a [String],
+    /// The lines mirrored in this turn so far.
+    pub mirrored: &'a [String],
+}
+
+/// Everything that makes one CLI different from another.
+pub trait Dialect: Send + Sync + 'static {
+    /// What the dialect remembers while it reads one turn's output.
+    type Turn: Default + Send;
+
+    /// The CLI's name, for messages and logs (`claude`).
+    const CLI: &'static str;
+
+    /// Identity for listings and `RunStarted`.
+    fn info(&self) -> HarnessInfo;
+
+    /// The options the core needs.
+    fn settings(&self) -> CliSettings<'_>;
+
+    /// A new harness session id, for a cold start with nothing to resume.
+    fn new_session_id(&self) -> String {
+        uuid::Uuid::now_v7().to_string()
+    }
+
+    /// Where the CLI keeps the transcript of `harness_session_id`, given the lines it
+    /// will hold (some CLIs name the file after its first line).
+    fn transcript_path(
+        &self,
+        config_dir: &Path,
+        cwd: &Path,
+        harness_session_id: &str,
+        transcript: &[String],
+    ) -> PathBuf;
+
+    /// What identifies a transcript line, for lines the CLI may write twice.
+    fn line_identity(&self, line: &str) -> Option<String>;
+
+    /// A journaled line as it goes into `harness_session_id`'s file (a fork keeps
+    /// another session's lines).
+    fn restore_line(&self, line: &str, harness_session_id: &str) -> String;
+
+    /// The command that starts a process for `launch` (arguments and the dialect's
+    /// environment; the core adds the cwd, the configured environment and the pipes).
+    fn command(&self, launch: &Launch<'_>) -> Result<tokio::process::Command, HarnessError>;
+
+    /// The line written to the CLI's stdin to start a turn.
+    fn turn_input(&self, request: &TurnRequest) -> String;
+
+    /// The steps one stdout line stands for.
+    fn on_line(&self, line: &str, turn: &mut Self::Turn, context: LineContext<'_>) -> Vec<Step>;
+
+    /// How the turn ended, from the value of [`Step::End`].
+    fn outcome(
+        &self,
+        end: &Value,
+        turn: &Self::Turn,
+        stderr: &str,
+    ) -> Result<TurnOutcome, HarnessError>;
+
+    /// The class of a turn whose CLI exited without an end (`message` says how).
+    fn classify_exit(&self, message: &str) -> ErrorKind;
+
+    /// The message that asks the CLI to compact its session, sent as a turn.
+    fn compact_message(&self) -> String;
+}
+
+/// A harness that drives a real CLI through its dialect; see the module documentation.
+pub struct CliHarness<D: Dialect> {
+    dialect: Arc<D>,
+    pool: Arc<Pool>,
+}
+
+impl<D: Dialect> Clone for CliHarness<D> {
+    fn clone(&self) -> Self {
+        CliHarness {
+            dialect: self.dialect.clone(),
+            pool: self.pool.clone(),
+        }
+    }
+}
+
+impl<D: Dialect + std::fmt::Debug> std::fmt::Debug for CliHarness<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CliHarness")
+            .field("dialect", &self.dialect)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Dialect> CliHarness<D> {
+    /// A harness speaking `dialect`; it starts no process until a turn needs one.
+    pub fn new(dialect: impl Into<D>) -> Self {
+        let dialect = dialect.into();
+        let capacity = dialect.settings().warm_processes;
+        CliHarness {
+            dialect: Arc::new(dialect),
+            pool: Arc::new(Pool::new(capacity)),
+        }
+    }
+}
+
+impl<D: Dialect> Harness for CliHarness<D> {
+    fn info(&self) -> HarnessInfo {
+        self.dialect.info()
+    }
+
+    fn run_turn(
+        &self,
+        request: TurnRequest,
+        events: EventSink,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<TurnOutcome, HarnessError>> {
+        let this = self.clone();
+        Box::pin(async move { this.turn(request, events, cancel).await })
+    }
+
+    fn compact(
+        &self,
+        request: CompactRequest,
+    ) -> BoxFuture<'static, Result<Compaction, HarnessError>> {
+        let this = self.clone();
+        Box::pin(async move { this.compact_session(request).await })
+    }
+
+    fn shutdown(&self) {
+        self.pool.clear();
+    }
+}
+
+/// What one turn did besides its events.
+#[derive(Default)]
+pub(crate) struct TurnState {
+    /// The lines mirrored in this turn, in order.
+    pub(crate) mirrored: Vec<String>,
+    /// The CLI answered something.
+    received: bool,
+}
+
+enum TurnEnd {
+    /// The dialect's end of the turn.
+    End(Value),
+    /// stdout closed without one.
+    Died(String),
+}
+
+fn io_error(what: &str, error: std::io::Error) -> HarnessError {
+    HarnessError::Failed {
+        kind: ErrorKind::Transient,
+        message: format!("{what}: {error}"),
+    }
+}
+
+impl<D: Dialect> CliHarness<D> {
+    /// Starts a process for the request's harness session, writing its transcript
+    /// back from the journal first.
+    fn spawn(
+        &self,
+        request: &TurnRequest,
+        schema: Option<&str>,
+    ) -> Result<CliProcess, HarnessError> {
+        let settings = self.dialect.settings();
+        std::fs::create_dir_all(settings.cwd).map_err(|e| io_error("creating the cwd", e))?;
+        let cwd = settings
+            .cwd
+            .canonicalize()
+            .map_err(|e| io_error("resolving the cwd", e))?;
+        let config_dir = settings.state_dir.join(request.session_id.as_str());
+        let (harness_session_id, resume) = match &request.harness_session_id {
+            Some(id) if !request.transcript.is_empty() => (id.clone(), true),
+            // A fresh session, or a fork that keeps nothing (continuing from message 0).
+            fresh => (
+                fresh
+                    .clone()
+                    .unwrap_or_else(|| self.dialect.new_session_id()),
+                false,
+            ),
+        };
+        let text = if resume {
+            restored_text(&*self.dialect, &request.transcript, &harness_session_id)
+        } else {
+            String::new()
+        };
+        let path = self.dialect.transcript_path(
+            &config_dir,
+            &cwd,
+            &harness_session_id,
+            &request.transcript,
+        );
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io_error("creating the config dir", e))?;
+        }
+        if text.is_empty() {
+            // A CLI may refuse a new session id whose file exists.
+            let _ = std::fs::remove_file(&path);
+        } else {
+            std::fs::write(&path, &text).map_err(|e| io_error("writing the transcript", e))?;
+        }
+        let mut command = self.dialect.command(&Launch {
+            config_dir: &config_dir,
+            cwd: &cwd,
+            harness_session_id: &harness_session_id,
+            resume,
+            output_schema: schema,
+        })?;
+        command.current_dir(&cwd).envs(settings.env);
+        let seen: HashSet<String> = request
+            .transcript
+            .iter()
+            .filter_map(|line| self.dialect.line_identity(line))
+            .collect();
+        CliProcess::start(
+            command,
+            settings.bin,
+            TranscriptTail::new(path, text.len() as u64),
+            seen,
+            harness_session_id,
+        )
+    }
+
+    async fn turn(
+        self,
+        mut request: TurnRequest,
+        events: EventSink,
+        cancel: CancellationToken,
+    ) -> Result<TurnOutcome, HarnessError> {
+        let schema = request.output_schema.clone();
+        let mut process = self.pool.take(
+            &request.session_id,
+            request.harness_session_id.as_deref(),
+            request.transcript.len(),
+            schema.as_deref(),
+        );
+        let mut announced = false;
+        loop {
+            let warm = process.is_some();
+            let mut cli = match process.take() {
+                Some(cli) => cli,
+                None => self.spawn(&request, schema.as_deref())?,
+            };
+            if !announced {
+                announced = true;
+                let started = HarnessEvent::SessionStarted {
+                    harness_session_id: cli.harness_session_id.clone(),
+                };
+                if send(&events, started).await.is_err() {
+                    cli.kill();
+                    return Err(HarnessError::Cancelled);
+                }
+            }
+            let mut state = TurnState::default();
+            let mut turn = D::Turn::default();
+            let end = self
+                .drive(&mut cli, &request, &events, &cancel, &mut state, &mut turn)
+                .await;
+            let end = match end {
+                Err(error) => {
+                    cli.kill();
+                    return Err(error);
+                }
+                Ok(end) => end,
+            };
+            match end {
+                TurnEnd::Died(_) if warm && !state.received => {
+                    // A warm process that died between turns: the turn runs on a cold one,
+                    // from the transcript as journaled now.
+                    tracing::warn!(session_id = %request.session_id, cli = D::CLI, "warm CLI process died; starting a new one");
+                    cli.kill();
+                    request.transcript.append(&mut state.mirrored);
+                    continue;
+                }
+                TurnEnd::Died(message) => {
+                    cli.kill();
+                    return Err(HarnessError::Failed {
+                        kind: self.dialect.classify_exit(&message),
+                        message,
+                    });
+                }
+                TurnEnd::End(end) => {
+                    let outcome = self.dialect.outcome(&end, &turn, &cli.stderr_tail());
+                    if outcome.is_ok() {
+                        self.pool.put(Warm {
+                            session_id: request.session_id.clone(),
+                            harness_session_id: cli.harness_session_id.clone(),
+                            journaled_lines: request.transcript.len() + state.mirrored.len(),
+                            schema,
+                            process: cli,
+                            last_used: Instant::now(),
+                        });
+                    } else {
+                        cli.kill();
+                    }
+                    return outcome;
+                }
+            }
+        }
+    }
+
+    /// Writes the turn's input and follows the CLI's output until the turn ends, the
+    /// CLI dies or the run is cancelled.
+    async fn drive(
+        &self,
+        cli: &mut CliProcess,
+        request: &TurnRequest,
+        events: &EventSink,
+        cancel: &CancellationToken,
+        state: &mut TurnState,
+        turn: &mut D::Turn,
+    ) -> Result<TurnEnd, HarnessError> {
+        let dialect = &*self.dialect;
+        // Lines the process wrote after the last turn's answer.
+        mirror(dialect, cli, events, state, None).await?;
+        let input = dialect.turn_input(request);
+        let written = async {
+            cli.stdin.write_all(format!("{input}\n").as_bytes()).await?;
+            cli.stdin.flush().await
+        }
+        .await;
+        if let Err(error) = written {
+            return Ok(TurnEnd::Died(format!("cannot write to the CLI: {error}")));
+        }
+        loop {
+            let line = tokio::select! {
+                line = cli.stdout.next_line() => line,
+                _ = cancel.cancelled() => {
+                    cli.kill();
+                    return Err(HarnessError::Cancelled);
+                }
+            };
+            let Ok(Some(line)) = line else {
+                // Let the stderr reader catch up with the last words.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let _ = mirror(dialect, cli, events, state, None).await;
+                let stderr = cli.stderr_tail();
+                let exited = format!("the {} CLI exited without a result", D::CLI);
+                return Ok(TurnEnd::Died(if stderr.is_empty() {
+                    exited
+                } else {
+                    format!("{exited}: {stderr}")
+                }));
+            };
+            let context = LineContext {
+                transcript: &request.transcript,
+                mirrored: &state.mirrored,
+            };
+            for step in dialect.on_line(&line, turn, context) {
+                match step {
+                    Step::Received => state.received = true,
+                    Step::Mirror(until) => {
+                        mirror(dialect, cli, events, state, until.as_deref()).await?;
+                    }
+                    Step::Emit(event) => send(events, event).await?,
+                    Step::End(end) => return Ok(TurnEnd::End(end)),
+                }
+            }
+        }
+    }
+
+    /// Compaction is a turn whose message asks the CLI to compact; the transcript
+    /// lines it writes are the compaction's record.
+    async fn compact_session(self, request: CompactRequest) -> Result<Compaction, HarnessError> {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+        let turn = TurnRequest {
+            run_id: turnstile_journal::RunId::new_v7(),
+            session_id: request.session_id.clone(),
+            attempt: 1,
+            message: self.dialect.compact_message(),
+            harness_session_id: Some(request.harness_session_id.clone()),
+            transcript: request.transcript.clone(),
+            output_schema: None,
+        };
+        let collect = tokio::spawn(async move {
+            let mut lines = Vec::new();
+            let mut compacted = None;
+            while let Some(event) = rx.recv().await {
+                match event {
+                    HarnessEvent::TranscriptLine { line } => lines.push(line),
+                    HarnessEvent::Compacted {
+                        summary,
+                        replaced_messages,
+                    } => compacted = Some((summary, replaced_messages)),
+                    _ => {}
+                }
+            }
+            (lines, compacted)
+        });
+        let outcome = self.turn(turn, tx, CancellationToken::new()).await;
+        let (lines, compacted) = collect.await.unwrap_or_default();
+        let outcome = outcome?;
+        Ok(match compacted {
+            Some((summary, replaced_messages)) => Compaction::Compacted {
+                lines,
+                summary,
+                replaced_messages,
+            },
+            None => Compaction::NothingToCompact {
+                reason: if outcome.content.is_empty() {
+                    "Not enough messages to compact".into()
+                } else {
+                    outcome.content
+                },
+            },
+        })
+    }
+}
+
+/// Shows an event; a closed receiver means the run task is gone, so the turn stops.
+pub(crate) async fn send(events: &EventSink, event: HarnessEvent) -> Result<(), HarnessError> {
+    events
+        .send(event)
+        .await
+        .map_err(|_| HarnessError::Cancelled)
+}

@@ -1,0 +1,161 @@
+//! One running CLI process: its pipes, the last lines of its stderr, the transcript
+//! file it appends to, and how it dies (with every process it started).
+//!
+//! Dialect-neutral: what to run comes from the dialect; this module only owns the
+//! process's lifetime and reads its files.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+
+use super::transcript::TranscriptTail;
+use crate::{ErrorKind, HarnessError};
+
+/// Lines of a CLI's stderr kept for error messages.
+const STDERR_LINES_KEPT: usize = 20;
+
+/// One running CLI and the transcript file it writes.
+pub(crate) struct CliProcess {
+    child: Child,
+    pub(crate) stdin: ChildStdin,
+    pub(crate) stdout: Lines<BufReader<ChildStdout>>,
+    stderr: Arc<Mutex<VecDeque<String>>>,
+    pub(crate) transcript: TranscriptTail,
+    /// Identities of the transcript lines already journaled.
+    pub(crate) seen: HashSet<String>,
+    /// The harness session the process serves.
+    pub(crate) harness_session_id: String,
+}
+
+impl CliProcess {
+    /// Starts `command` as the leader of its own process group with piped stdio, killed
+    /// if dropped; `bin` names the CLI in the error when it cannot start.
+    pub(crate) fn start(
+        mut command: tokio::process::Command,
+        bin: &std::path::Path,
+        transcript: TranscriptTail,
+        seen: HashSet<String>,
+        harness_session_id: String,
+    ) -> Result<CliProcess, HarnessError> {
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = command.spawn().map_err(|error| HarnessError::Failed {
+            kind: ErrorKind::InvalidRequest,
+            message: format!("cannot start {}: {error}", bin.display()),
+        })?;
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(HarnessError::Failed {
+                kind: ErrorKind::Transient,
+                message: "the CLI's pipes are missing".into(),
+            });
+        };
+        let tail = Arc::new(Mutex::new(VecDeque::new()));
+        let sink = tail.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut tail = sink.lock().unwrap_or_else(|e| e.into_inner());
+                if tail.len() == STDERR_LINES_KEPT {
+                    tail.pop_front();
+                }
+                tail.push_back(line);
+            }
+        });
+        Ok(CliProcess {
+            child,
+            stdin,
+            stdout: BufReader::new(stdout).lines(),
+            stderr: tail,
+            transcript,
+            seen,
+            harness_session_id,
+        })
+    }
+
+    pub(crate) fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Kills the CLI, its process group and every process it started (its tools run
+    /// commands in groups of their own), collected before any dies so none is
+    /// orphaned out of reach.
+    pub(crate) fn kill(&mut self) {
+        kill_tree(&mut self.child);
+    }
+
+    /// The last lines the CLI wrote to stderr.
+    pub(crate) fn stderr_tail(&self) -> String {
+        let lines = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+        lines.iter().cloned().collect::<Vec<_>>().join("\n")
+    }
+}
+
+impl Drop for CliProcess {
+    fn drop(&mut self) {
+        if self.alive() {
+            self.kill();
+        }
+    }
+}
+
+/// Kills a CLI, its process group and every process it started (tools run commands in
+/// groups of their own), collected before any dies so none is orphaned out of reach.
+/// The CLI must have been spawned as the leader of its own process group.
+fn kill_tree(child: &mut Child) {
+    if let Some(pid) = child.id() {
+        let mut targets: Vec<String> = descendants(pid).iter().map(u32::to_string).collect();
+        targets.push(format!("-{pid}"));
+        let _ = std::process::Command::new("kill")
+            .arg("-KILL")
+            .arg("--")
+            .args(&targets)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    let _ = child.start_kill();
+}
+
+/// Every process below `root`, from `/proc` (empty where there is no `/proc`).
+fn descendants(root: u32) -> Vec<u32> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+        let Some(ppid) = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|ppid| ppid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        children.entry(ppid).or_default().push(pid);
+    }
+    let mut found = Vec::new();
+    let mut next = vec![root];
+    while let Some(pid) = next.pop() {
+        for child in children.get(&pid).into_iter().flatten() {
+            found.push(*child);
+            next.push(*child);
+        }
+    }
+    found
+}

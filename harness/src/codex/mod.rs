@@ -1,0 +1,363 @@
+//! The Codex dialect (skeleton): the real `codex` CLI's app-server, on the CLI core.
+//!
+//! What is here is what the core needs from Codex and can be settled without running
+//! it: the typed options and configuration keys of `spec/cli.md`, the offline
+//! `CODEX_HOME/config.toml` the runtime owns, where a thread's rollout lives
+//! (`sessions/YYYY/MM/DD/rollout-<ts>-<thread>.jsonl`, named after its first line),
+//! how a rollout line is restored into a forked thread, and the app-server
+//! notifications that carry text and end a turn. Starting the process is refused with
+//! "not built yet": the JSON-RPC handshake, thread start and resume, tool items, usage
+//! and error classes are the Codex issue's (see `shared/reference/codex-cli.md`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::cli::{CliHarness, CliSettings, Dialect, Launch, LineContext, Step};
+use crate::{ErrorKind, HarnessError, HarnessEvent, HarnessInfo, TurnOutcome, TurnRequest};
+
+/// The model when none is configured (agno's CodexAgent default).
+pub const DEFAULT_MODEL: &str = "gpt-5.6-luna";
+
+/// The typed options of a `codex` agent, as the configuration file spells them
+/// (`spec/cli.md`; unknown keys are refused by name). `cwd` and `state_dir` come from
+/// the agent, not from these keys.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CodexOptions {
+    /// Path of the `codex` CLI (key `codex_bin`, default `codex` on `PATH`).
+    #[serde(
+        rename = "codex_bin",
+        default = "default_bin",
+        deserialize_with = "crate::registry::deserialize_bin"
+    )]
+    pub bin: PathBuf,
+    /// Model.
+    #[serde(default = "default_model")]
+    pub model: String,
+    /// Working directory of the CLI.
+    #[serde(skip)]
+    pub cwd: PathBuf,
+    /// Where the runtime keeps a `CODEX_HOME` per session.
+    #[serde(skip)]
+    pub state_dir: PathBuf,
+    /// **ext**: the Responses API endpoint (default: the CLI's own).
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// `read-only`, `workspace-write` or `danger-full-access`.
+    #[serde(default = "default_sandbox")]
+    pub sandbox: String,
+    /// `never`, `on-request`, `on-failure` or `untrusted`.
+    #[serde(default = "default_approval_policy")]
+    pub approval_policy: String,
+    /// **ext**: extra keys for the `config.toml` the runtime writes.
+    #[serde(default)]
+    pub codex_config: BTreeMap<String, Value>,
+    /// Environment added to the CLI's.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// **ext**: warm processes kept at most (0: a process per turn).
+    #[serde(default = "default_warm_processes")]
+    pub warm_processes: usize,
+}
+
+fn default_bin() -> PathBuf {
+    PathBuf::from("codex")
+}
+
+fn default_model() -> String {
+    DEFAULT_MODEL.to_owned()
+}
+
+fn default_sandbox() -> String {
+    "workspace-write".to_owned()
+}
+
+fn default_approval_policy() -> String {
+    "never".to_owned()
+}
+
+fn default_warm_processes() -> usize {
+    4
+}
+
+impl CodexOptions {
+    /// Options with the defaults of `spec/cli.md`.
+    pub fn new(
+        bin: impl Into<PathBuf>,
+        cwd: impl Into<PathBuf>,
+        state_dir: impl Into<PathBuf>,
+    ) -> Self {
+        CodexOptions {
+            bin: bin.into(),
+            model: default_model(),
+            cwd: cwd.into(),
+            state_dir: state_dir.into(),
+            base_url: None,
+            sandbox: default_sandbox(),
+            approval_policy: default_approval_policy(),
+            codex_config: BTreeMap::new(),
+            env: BTreeMap::new(),
+            warm_processes: default_warm_processes(),
+        }
+    }
+}
+
+/// The Codex dialect, configured by its options.
+#[derive(Debug, Clone)]
+pub struct Codex {
+    options: CodexOptions,
+}
+
+impl From<CodexOptions> for Codex {
+    fn from(options: CodexOptions) -> Self {
+        Codex { options }
+    }
+}
+
+/// The Codex harness: the CLI core speaking Codex's dialect (not built yet).
+pub type CodexHarness = CliHarness<Codex>;
+
+fn not_built() -> HarnessError {
+    HarnessError::Failed {
+        kind: ErrorKind::InvalidRequest,
+        message: "the codex harness is not built yet".into(),
+    }
+}
+
+fn quoted(text: &str) -> String {
+    Value::String(text.to_owned()).to_string()
+}
+
+impl Codex {
+    /// The `CODEX_HOME/config.toml` of a hermetic home: the configured endpoint as the
+    /// only provider, the CLI's own retries off, and no plugin sync, analytics or
+    /// telemetry (each of which reaches beyond the endpoint).
+    pub fn config_toml(&self) -> String {
+        let options = &self.options;
+        let mut text = format!(
+            "model = {}\napproval_policy = {}\nsandbox_mode = {}\n",
+            quoted(&options.model),
+            quoted(&options.approval_policy),
+            quoted(&options.sandbox),
+        );
+        for (key, value) in &options.codex_config {
+            text.push_str(&format!("{key} = {value}\n"));
+        }
+        if let Some(url) = &options.base_url {
+            text.push_str(&format!(
+                "model_provider = \"turnstile\"\n\n[model_providers.turnstile]\nname = \"turnstile\"\nbase_url = {}\nwire_api = \"responses\"\nenv_key = \"OPENAI_API_KEY\"\nrequest_max_retries = 0\nstream_max_retries = 0\n",
+                quoted(url)
+            ));
+        }
+        text.push_str(
+            "\n[features]\nplugins = false\nunbounded_connection_retries = false\n\n[analytics]\nenabled = false\n\n[otel]\nexporter = \"none\"\nmetrics_exporter = \"none\"\ntrace_exporter = \"none\"\n",
+        );
+        text
+    }
+}
+
+impl Dialect for Codex {
+    type Turn = ();
+
+    const CLI: &'static str = "codex";
+
+    fn info(&self) -> HarnessInfo {
+        HarnessInfo {
+            sdk: "codex".into(),
+            model: self.options.model.clone(),
+            model_provider: "openai".into(),
+        }
+    }
+
+    fn settings(&self) -> CliSettings<'_> {
+        CliSettings {
+            bin: &self.options.bin,
+            cwd: &self.options.cwd,
+            state_dir: &self.options.state_dir,
+            env: &self.options.env,
+            warm_processes: self.options.warm_processes,
+        }
+    }
+
+    fn transcript_path(
+        &self,
+        config_dir: &Path,
+        _cwd: &Path,
+        harness_session_id: &str,
+        transcript: &[String],
+    ) -> PathBuf {
+        // `2026-12-01T09:49:20.123Z` in the first line names the directory and file.
+        let stamp = transcript
+            .first()
+            .and_then(|line| serde_json::from_str::<Value>(line).ok())
+            .and_then(|line| line["timestamp"].as_str().map(str::to_owned))
+            .filter(|stamp| stamp.len() >= 19 && stamp.is_char_boundary(19));
+        let sessions = config_dir.join("sessions");
+        match stamp {
+            Some(stamp) => sessions
+                .join(&stamp[0..4])
+                .join(&stamp[5..7])
+                .join(&stamp[8..10])
+                .join(format!(
+                    "rollout-{}-{harness_session_id}.jsonl",
+                    stamp[..19].replace(':', "-")
+                )),
+            None => sessions.join(format!("rollout-{harness_session_id}.jsonl")),
+        }
+    }
+
+    fn line_identity(&self, _line: &str) -> Option<String> {
+        // Rollout lines are only ever appended: a line's identity is its position.
+        None
+    }
+
+    fn restore_line(&self, line: &str, harness_session_id: &str) -> String {
+        if !line.contains("\"session_meta\"") || line.contains(harness_session_id) {
+            return line.to_owned();
+        }
+        match serde_json::from_str::<Value>(line) {
+            Ok(mut value) if value["type"] == "session_meta" => {
+                for key in ["id", "session_id"] {
+                    if value["payload"].get(key).is_some() {
+                        value["payload"][key] = Value::String(harness_session_id.to_owned());
+                    }
+                }
+                value.to_string()
+            }
+            _ => line.to_owned(),
+        }
+    }
+
+    fn command(&self, _launch: &Launch<'_>) -> Result<tokio::process::Command, HarnessError> {
+        Err(not_built())
+    }
+
+    fn turn_input(&self, request: &TurnRequest) -> String {
+        json!({
+            "id": 3,
+            "method": "turn/start",
+            "params": {
+                "threadId": request.harness_session_id,
+                "input": [{"type": "text", "text": request.message}],
+            },
+        })
+        .to_string()
+    }
+
+    fn on_line(&self, line: &str, _turn: &mut (), _context: LineContext<'_>) -> Vec<Step> {
+        let Ok(message) = serde_json::from_str::<Value>(line) else {
+            return Vec::new();
+        };
+        match message["method"].as_str() {
+            Some("item/agentMessage/delta") => vec![
+                Step::Received,
+                Step::Emit(HarnessEvent::ContentDelta {
+                    text: message["params"]["delta"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                }),
+            ],
+            Some("turn/completed") => vec![Step::Mirror(None), Step::End(message)],
+            _ => Vec::new(),
+        }
+    }
+
+    fn outcome(
+        &self,
+        _end: &Value,
+        _turn: &(),
+        _stderr: &str,
+    ) -> Result<TurnOutcome, HarnessError> {
+        Err(not_built())
+    }
+
+    fn classify_exit(&self, message: &str) -> ErrorKind {
+        if message.contains("no rollout found") || message.contains("invalid session id") {
+            ErrorKind::SessionNotFound
+        } else {
+            ErrorKind::Transient
+        }
+    }
+
+    fn compact_message(&self) -> String {
+        "/compact".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Harness;
+
+    fn codex() -> Codex {
+        codex_in(Path::new("/w"), Path::new("/s"))
+    }
+
+    fn codex_in(cwd: &Path, state_dir: &Path) -> Codex {
+        let mut options = CodexOptions::new("codex", cwd, state_dir);
+        options.base_url = Some("http://127.0.0.1:8112/v1".into());
+        options
+            .codex_config
+            .insert("model_reasoning_effort".into(), json!("low"));
+        Codex::from(options)
+    }
+
+    #[test]
+    fn the_home_config_names_only_the_configured_endpoint() {
+        let text = codex().config_toml();
+        assert!(
+            text.contains("base_url = \"http://127.0.0.1:8112/v1\""),
+            "{text}"
+        );
+        assert!(text.contains("model_reasoning_effort = \"low\""), "{text}");
+        for off in [
+            "plugins = false",
+            "enabled = false",
+            "metrics_exporter = \"none\"",
+        ] {
+            assert!(text.contains(off), "{off} missing from {text}");
+        }
+        assert!(text.contains("model = \"gpt-5.6-luna\""), "{text}");
+    }
+
+    #[test]
+    fn a_rollout_is_named_after_its_first_line() {
+        let first = r#"{"timestamp":"2026-12-01T09:49:20.123Z","type":"session_meta","payload":{"id":"old","session_id":"old"}}"#;
+        let path =
+            codex().transcript_path(Path::new("/h"), Path::new("/w"), "new", &[first.into()]);
+        assert_eq!(
+            path,
+            Path::new("/h/sessions/2026/12/01/rollout-2026-12-01T09-49-20-new.jsonl")
+        );
+        let restored: Value = serde_json::from_str(&codex().restore_line(first, "new")).unwrap();
+        assert_eq!(restored["payload"]["id"], "new");
+        assert_eq!(restored["payload"]["session_id"], "new");
+    }
+
+    #[tokio::test]
+    async fn a_turn_says_the_harness_is_not_built_yet() {
+        let dir = std::env::temp_dir().join(format!("turnstile-codex-{}", uuid::Uuid::now_v7()));
+        let harness = CodexHarness::new(codex_in(&dir.join("w"), &dir.join("s")));
+        let (tx, _rx) = tokio::sync::mpsc::channel(8);
+        let request = TurnRequest {
+            run_id: turnstile_journal::RunId::new_v7(),
+            session_id: turnstile_journal::SessionId::parse("s").unwrap(),
+            attempt: 1,
+            message: "hi".into(),
+            harness_session_id: None,
+            transcript: Vec::new(),
+            output_schema: None,
+        };
+        let error = harness
+            .run_turn(request, tx, tokio_util::sync::CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert_eq!(error.to_string(), "the codex harness is not built yet");
+        assert_eq!(harness.info().sdk, "codex");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
