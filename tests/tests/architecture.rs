@@ -168,3 +168,127 @@ fn every_rust_file_opens_with_a_module_doc() {
         "files without a //! module doc: {missing:?}"
     );
 }
+
+/// The CLIs turnstile drives and their vendors' words: only `harness/` may name them.
+const CLI_WORDS: [&str; 4] = ["claude", "codex", "anthropic", "openai"];
+
+#[test]
+fn only_the_harness_crate_knows_a_cli_dialect() {
+    let mut files = Vec::new();
+    for krate in ["actors", "gateway"] {
+        rust_files(&root().join(krate), &mut files);
+    }
+    assert!(files.len() > 10, "found only {} files", files.len());
+    let mut violations = Vec::new();
+    for path in &files {
+        let text = std::fs::read_to_string(path).unwrap().to_lowercase();
+        for (number, line) in text.lines().enumerate() {
+            for word in CLI_WORDS {
+                if line.contains(word) {
+                    violations.push(format!(
+                        "{}:{}: names {word}",
+                        path.strip_prefix(root()).unwrap().display(),
+                        number + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(violations.is_empty(), "{violations:#?}");
+}
+
+/// The modules of `actors/src` a module names through `crate::`.
+fn crate_imports(text: &str, modules: &[String]) -> Vec<String> {
+    let mut found: Vec<String> = text
+        .match_indices("crate::")
+        .filter_map(|(at, _)| {
+            let rest = &text[at + "crate::".len()..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            // `use crate::{a::X, b::Y}` names several.
+            if name.is_empty() && rest.starts_with('{') {
+                return None;
+            }
+            modules.contains(&name).then_some(name)
+        })
+        .collect();
+    for (at, _) in text.match_indices("crate::{") {
+        let group = &text[at + "crate::{".len()..];
+        let group = &group[..group.find("};").unwrap_or(group.len())];
+        for part in group.split(',') {
+            let name = part.trim().split("::").next().unwrap_or_default().to_owned();
+            if modules.contains(&name) {
+                found.push(name);
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+#[test]
+fn the_actors_modules_import_each_other_without_a_circle() {
+    let dir = root().join("actors/src");
+    let modules: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let module = name.strip_suffix(".rs")?;
+            (module != "lib").then(|| module.to_owned())
+        })
+        .collect();
+    assert!(modules.len() >= 6, "modules: {modules:?}");
+    let graph: std::collections::BTreeMap<String, Vec<String>> = modules
+        .iter()
+        .map(|module| {
+            let text = std::fs::read_to_string(dir.join(format!("{module}.rs"))).unwrap();
+            let imports = crate_imports(&text, &modules)
+                .into_iter()
+                .filter(|name| name != module)
+                .collect();
+            (module.clone(), imports)
+        })
+        .collect();
+    // Depth-first search; a module met again on the current path closes a circle.
+    fn visit(
+        module: &str,
+        graph: &std::collections::BTreeMap<String, Vec<String>>,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|m| m == module) {
+            let mut circle = path[start..].to_vec();
+            circle.push(module.to_owned());
+            return Some(circle);
+        }
+        if done.contains(module) {
+            return None;
+        }
+        path.push(module.to_owned());
+        for next in &graph[module] {
+            if let Some(circle) = visit(next, graph, path, done) {
+                return Some(circle);
+            }
+        }
+        path.pop();
+        done.insert(module.to_owned());
+        None
+    }
+    let mut done = std::collections::BTreeSet::new();
+    for module in graph.keys() {
+        if let Some(circle) = visit(module, &graph, &mut Vec::new(), &mut done) {
+            panic!("import circle in actors/: {}", circle.join(" -> "));
+        }
+    }
+    // The facade is the top: nothing below it names it.
+    for (module, imports) in &graph {
+        assert!(
+            !imports.contains(&"runtime".to_owned()),
+            "{module} imports the runtime facade; public types belong in api.rs"
+        );
+    }
+}
