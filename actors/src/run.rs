@@ -215,6 +215,7 @@ impl RunTask {
                 slot: self.slot,
             };
         }
+        let mut first_failure: Option<String> = None;
         let terminal = loop {
             let end = self.attempt(&mut records, &mut first_token, started).await;
             let (kind, message) = match end {
@@ -249,6 +250,9 @@ impl RunTask {
             };
             let attempt = self.request.attempt;
             let retry = kind.is_retryable() && attempt < max_attempts;
+            // A later attempt often fails because of what the first one did: the first
+            // real cause leads the message a user sees.
+            let first_cause = first_failure.get_or_insert_with(|| message.clone()).clone();
             let mut events = vec![Event::AttemptFailed {
                 run_id: self.identity.run_id.clone(),
                 attempt,
@@ -260,6 +264,11 @@ impl RunTask {
                 if let Err(error) = self.append(events, &mut records).await {
                     break self.failed("journal_error", &error, false);
                 }
+                let message = if first_cause == message {
+                    message
+                } else {
+                    format!("{first_cause} (attempt {attempt} of {max_attempts}: {message})")
+                };
                 break self.failed(kind.slug(), &message, kind.is_retryable());
             }
             let delay_s = self.policy.delay_s(attempt);

@@ -118,7 +118,7 @@ enum JournalCommand {
 fn load_config(path: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result<Config> {
     let mut config = Config::load(path.as_deref())?;
     if let Some(data_dir) = data_dir {
-        config.server.data_dir = data_dir;
+        config.set_data_dir(&data_dir);
     }
     Ok(config)
 }

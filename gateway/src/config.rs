@@ -113,6 +113,12 @@ fn default_agents() -> Vec<AgentConfig> {
     }]
 }
 
+/// `path` against the current directory (where turnstile started), without touching
+/// the disk; an absolute path is returned as it is.
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
 /// Why a configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -147,19 +153,40 @@ impl Config {
             path: path.display().to_string(),
             source,
         })?;
-        let config: Config = toml::from_str(&text).map_err(|error| ConfigError::Parse {
+        let mut config: Config = toml::from_str(&text).map_err(|error| ConfigError::Parse {
             path: path.display().to_string(),
             message: error.to_string(),
         })?;
         config.check()?;
+        config.resolve_paths();
         Ok(config)
     }
 
     /// The configuration with no file.
     pub fn default_config() -> Config {
-        Config {
+        let mut config = Config {
             server: ServerConfig::default(),
             agents: default_agents(),
+        };
+        config.resolve_paths();
+        config
+    }
+
+    /// Sets the data directory (`--data-dir`), resolved as the file's paths are.
+    pub fn set_data_dir(&mut self, data_dir: &Path) {
+        self.server.data_dir = absolute(data_dir);
+    }
+
+    /// Resolves every relative path once, against where turnstile started: a CLI runs
+    /// in its agent's `cwd`, so a relative path handed to it would name another place
+    /// (issue 13: the CLI's config directory ended up inside the workspace). The
+    /// harnesses resolve their own paths (`claude_bin`, `mcp_config`) as they read them.
+    fn resolve_paths(&mut self) {
+        self.server.data_dir = absolute(&self.server.data_dir);
+        for agent in &mut self.agents {
+            if let Some(cwd) = &agent.cwd {
+                agent.cwd = Some(absolute(cwd));
+            }
         }
     }
 

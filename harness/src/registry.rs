@@ -114,6 +114,14 @@ pub(crate) fn deserialize_bin<'de, D: serde::Deserializer<'de>>(
     String::deserialize(deserializer).map(|bin| resolve_bin(&bin))
 }
 
+/// Reads an optional path, taken from where turnstile was started when relative.
+pub(crate) fn deserialize_path<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<PathBuf>, D::Error> {
+    let path = Option::<PathBuf>::deserialize(deserializer)?;
+    Ok(path.map(|path| std::path::absolute(&path).unwrap_or(path)))
+}
+
 /// A CLI path as configured: a path (not a bare name looked up in `PATH`) is taken
 /// from where turnstile was started, not from the CLI's own cwd.
 pub fn resolve_bin(bin: &str) -> PathBuf {

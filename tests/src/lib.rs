@@ -79,12 +79,32 @@ impl Server {
 
     /// Starts the server with extra arguments and environment variables.
     pub fn start_with_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
-        let mut child = Command::new(turnstile_bin())
+        let mut command = Command::new(turnstile_bin());
+        command
             .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .args(extra)
-            .env("RUST_LOG", "info")
-            .envs(env.iter().copied())
+            .envs(env.iter().copied());
+        Server::launch(command, data_dir)
+    }
+
+    /// Starts `turnstile serve --addr 127.0.0.1:0 EXTRA` as a user does, from `cwd`,
+    /// with the paths of its configuration as written (the default data directory is
+    /// `cwd/turnstile-data`).
+    pub fn start_in(cwd: &Path, extra: &[&str]) -> Server {
+        let mut command = Command::new(turnstile_bin());
+        command
+            .current_dir(cwd)
+            .args(["serve", "--addr", "127.0.0.1:0"])
+            .args(extra);
+        Server::launch(command, &cwd.join("turnstile-data"))
+    }
+
+    fn launch(mut command: Command, data_dir: &Path) -> Server {
+        if !command.get_envs().any(|(key, _)| key == "RUST_LOG") {
+            command.env("RUST_LOG", "info");
+        }
+        let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -225,6 +245,23 @@ pub fn turnstile(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("run turnstile")
+}
+
+/// Runs `turnstile ARGS` from `cwd`, as a user in that directory does; fails the test
+/// unless it exits 0.
+pub fn turnstile_in_ok(cwd: &Path, args: &[&str]) -> String {
+    let out = Command::new(turnstile_bin())
+        .current_dir(cwd)
+        .args(args)
+        .output()
+        .expect("run turnstile");
+    let stdout = lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "turnstile {args:?} failed: {stdout}{}",
+        lossy(&out.stderr)
+    );
+    stdout
 }
 
 /// Runs `turnstile ARGS`, fails the test unless it exits 0, and returns its stdout.

@@ -218,7 +218,12 @@ fn crate_imports(text: &str, modules: &[String]) -> Vec<String> {
         let group = &text[at + "crate::{".len()..];
         let group = &group[..group.find("};").unwrap_or(group.len())];
         for part in group.split(',') {
-            let name = part.trim().split("::").next().unwrap_or_default().to_owned();
+            let name = part
+                .trim()
+                .split("::")
+                .next()
+                .unwrap_or_default()
+                .to_owned();
             if modules.contains(&name) {
                 found.push(name);
             }

@@ -344,6 +344,30 @@ async fn permanent_failures_are_not_retried() {
 }
 
 #[tokio::test]
+async fn after_the_last_retry_the_error_leads_with_the_first_attempts_cause_13() {
+    let dir = tempfile::tempdir().unwrap();
+    let retry = RetryPolicy {
+        retries: 1,
+        delay_between_retries_s: 0.0,
+        exponential_backoff: false,
+    };
+    let runtime = open_with(dir.path(), retry, 8, 100);
+    let handle = submit(&runtime, "s", "/fail transient 5", Multitask::Reject).await;
+    let view = handle.outcome().await.unwrap();
+    assert_eq!((view.status, view.attempts), (RunStatus::Error, 2));
+    let message = &view.error.as_ref().unwrap().1;
+    assert!(
+        message.starts_with("scripted transient failure (attempt 1 of 5 failing)"),
+        "{message}"
+    );
+    assert!(
+        message.contains("attempt 2 of 2: scripted transient failure (attempt 2 of 5 failing)"),
+        "{message}"
+    );
+    runtime.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn cancelling_during_a_retry_backoff_ends_the_run_within_a_second() {
     let dir = tempfile::tempdir().unwrap();
     let retry = RetryPolicy {

@@ -70,8 +70,8 @@ pub struct ClaudeCodeOptions {
     /// `--system-prompt`.
     #[serde(default)]
     pub system_prompt: Option<String>,
-    /// `--mcp-config`.
-    #[serde(default)]
+    /// `--mcp-config` (a relative path is taken from where turnstile started).
+    #[serde(default, deserialize_with = "crate::registry::deserialize_path")]
     pub mcp_config: Option<PathBuf>,
     /// Environment added to the CLI's (API base URL and key, for example).
     #[serde(default)]

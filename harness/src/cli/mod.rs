@@ -249,7 +249,10 @@ impl<D: Dialect> CliHarness<D> {
             .cwd
             .canonicalize()
             .map_err(|e| io_error("resolving the cwd", e))?;
-        let config_dir = settings.state_dir.join(request.session_id.as_str());
+        // Absolute: the CLI runs in `cwd`, where a relative directory names another place.
+        let state_dir = std::path::absolute(settings.state_dir)
+            .map_err(|e| io_error("resolving the state directory", e))?;
+        let config_dir = state_dir.join(request.session_id.as_str());
         let (harness_session_id, resume) = match &request.harness_session_id {
             Some(id) if !request.transcript.is_empty() => (id.clone(), true),
             // A fresh session, or a fork that keeps nothing (continuing from message 0).
