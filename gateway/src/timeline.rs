@@ -51,6 +51,8 @@ fn describe(event: &Event) -> Option<String> {
             )
         }
         Event::SessionDeleted { reason } => format!("session deleted ({reason})"),
+        // Readers resolve it to the event it stands for; seen only in a damaged journal.
+        Event::StoredApart { bytes, .. } => format!("an event of {bytes} bytes stored apart"),
         Event::RunQueued { run_id, input, .. } => {
             format!("run …{} queued: \"{}\"", short(run_id), clip(input, 60))
         }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::event::Event;
 use crate::ids::{JournalPos, Seq, SessionId};
-use crate::limits::RECORD_BYTES_MAX;
+use crate::limits::{EVENT_BYTES_CEILING, INLINE_EVENT_BYTES_MAX, RECORD_BYTES_MAX};
 
 /// The record format this build writes and the only one it reads. bincode 2 is
 /// unmaintained (RUSTSEC-2025-0141); moving off it means version 2.
@@ -46,6 +46,15 @@ fn config() -> impl bincode::config::Config {
         .with_little_endian()
         .with_variable_int_encoding()
         .with_limit::<RECORD_BYTES_MAX>()
+}
+
+/// The same encoding for an event stored apart, whose bound is the configured
+/// `max_event_bytes` (checked by the caller) under a hard ceiling.
+fn event_config() -> impl bincode::config::Config {
+    bincode::config::standard()
+        .with_little_endian()
+        .with_variable_int_encoding()
+        .with_limit::<EVENT_BYTES_CEILING>()
 }
 
 /// Why bytes are not a record this build can read.
@@ -87,20 +96,60 @@ struct HeaderRef<'a> {
 pub struct EncodedEvent {
     /// The event.
     pub event: Event,
-    /// Its bincode encoding.
+    /// What goes into the record: the event's bincode encoding, or for an event stored
+    /// apart the encoding of its [`Event::StoredApart`] reference.
     pub bytes: Vec<u8>,
+    /// For an event stored apart: its digest and its whole encoding.
+    pub apart: Option<(Hash, Vec<u8>)>,
 }
 
-/// Encodes an event for [`encode_parts`].
-pub fn encode_event(event: Event) -> Result<EncodedEvent, String> {
-    let bytes = bincode::serde::encode_to_vec(&event, config()).map_err(|e| e.to_string())?;
-    if bytes.len() > RECORD_BYTES_MAX - 256 {
+/// Encodes an event for [`encode_parts`]; one over [`INLINE_EVENT_BYTES_MAX`] is
+/// stored apart, and one over `max_event_bytes` is refused with a message that says so.
+pub fn encode_event(event: Event, max_event_bytes: usize) -> Result<EncodedEvent, String> {
+    let bytes =
+        bincode::serde::encode_to_vec(&event, event_config()).map_err(|e| e.to_string())?;
+    if bytes.len() > max_event_bytes {
         return Err(format!(
-            "event of {} bytes exceeds the record limit of {RECORD_BYTES_MAX}",
-            bytes.len()
+            "an event of {} bytes ({}) exceeds max_event_bytes ({max_event_bytes})",
+            bytes.len(),
+            event.kind()
         ));
     }
-    Ok(EncodedEvent { event, bytes })
+    if bytes.len() <= INLINE_EVENT_BYTES_MAX {
+        return Ok(EncodedEvent {
+            event,
+            bytes,
+            apart: None,
+        });
+    }
+    let digest = hash(&bytes);
+    let reference = Event::StoredApart {
+        digest,
+        bytes: bytes.len() as u64,
+    };
+    let record_bytes =
+        bincode::serde::encode_to_vec(&reference, config()).map_err(|e| e.to_string())?;
+    Ok(EncodedEvent {
+        event,
+        bytes: record_bytes,
+        apart: Some((digest, bytes)),
+    })
+}
+
+/// Decodes the encoding of an event stored apart, checking it against its digest.
+pub fn decode_apart(digest: &Hash, bytes: &[u8]) -> Result<Event, String> {
+    if &hash(bytes) != digest {
+        return Err("the event stored apart does not match its digest".into());
+    }
+    let (event, used) = bincode::serde::decode_from_slice(bytes, event_config())
+        .map_err(|e| format!("the event stored apart does not decode: {e}"))?;
+    if used != bytes.len() {
+        return Err(format!(
+            "the event stored apart has {} trailing bytes",
+            bytes.len() - used
+        ));
+    }
+    Ok(event)
 }
 
 /// Encodes a record from its header fields and an encoded event.

@@ -171,6 +171,16 @@ pub enum Event {
         /// The bytes.
         content: Vec<u8>,
     },
+    /// An event too large for a record ([`crate::limits::INLINE_EVENT_BYTES_MAX`]),
+    /// stored apart: the record holds the BLAKE3 digest and length of the event's
+    /// encoding, which lives under a key of its own written in the same atomic batch.
+    /// Readers never see this variant: they see the event it stands for.
+    StoredApart {
+        /// BLAKE3 of the event's encoding.
+        digest: [u8; 32],
+        /// Length of that encoding.
+        bytes: u64,
+    },
 }
 
 impl Event {
@@ -191,6 +201,7 @@ impl Event {
             | Event::HarnessSessionForked { run_id, .. }
             | Event::AttachmentAdded { run_id, .. } => Some(run_id),
             Event::TranscriptCompacted { run_id, .. } => run_id.as_ref(),
+            Event::StoredApart { .. } => None,
         }
     }
 
@@ -212,6 +223,7 @@ impl Event {
             Event::TranscriptCompacted { .. } => "TranscriptCompacted",
             Event::SessionDeleted { .. } => "SessionDeleted",
             Event::AttachmentAdded { .. } => "AttachmentAdded",
+            Event::StoredApart { .. } => "StoredApart",
         }
     }
 

@@ -44,6 +44,15 @@ pub const SLED_FLUSH_EVERY_MS: u64 = 500;
 pub const LOCK_WAIT_MS: u64 = 1_000;
 /// Bytes of one encoded record at most (transcript lines and tool results included).
 pub const RECORD_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Encoded bytes of an event kept inside its record, at most. A larger event (a
+/// transcript line with an image, a tool that printed a large file) goes to a key of its
+/// own in the same atomic batch, and its record keeps its digest and length, so a record
+/// stays small and a segment never grows past a group commit's bound.
+pub const INLINE_EVENT_BYTES_MAX: usize = 1024 * 1024;
+/// Encoded bytes of one event at most, by default (`server.max_event_bytes`).
+pub const EVENT_BYTES_MAX_DEFAULT: usize = 64 * 1024 * 1024;
+/// The largest `max_event_bytes` a journal accepts.
+pub const EVENT_BYTES_CEILING: usize = 1024 * 1024 * 1024;
 /// Longest session or run id, in bytes.
 pub const ID_BYTES_MAX: usize = 128;
 

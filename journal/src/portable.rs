@@ -247,10 +247,27 @@ fn import_into(
             prev_hash,
             event: exported.event,
         };
-        let bytes = match codec::encode(&body) {
+        // An event is stored apart exactly when the committer would have stored it so,
+        // so the record, and its hash, are the same.
+        let encoded = match codec::encode_event(body.event.clone(), limits::EVENT_BYTES_CEILING) {
+            Ok(encoded) => encoded,
+            Err(reason) => return refuse(reason),
+        };
+        let bytes = match codec::encode_parts(
+            body.pos,
+            &body.session_id,
+            body.seq,
+            body.ts_us,
+            &body.prev_hash,
+            &encoded.bytes,
+        ) {
             Ok(bytes) => bytes,
             Err(reason) => return refuse(reason),
         };
+        if let Some((digest, apart)) = encoded.apart {
+            pending.bytes += apart.len();
+            pending.batch.insert(store::apart_key(&digest), apart);
+        }
         let hash = codec::hash(&bytes);
         if unhex(&exported.hash) != Some(hash) {
             return refuse(format!(
@@ -294,6 +311,13 @@ fn import_into(
     write(&tree, pending)?;
     db.flush()?;
     File::open(dir.join("db"))?.sync_data()?;
+    // Large values (events stored apart among them) live in sled's blob files.
+    if let Ok(blobs) = std::fs::read_dir(dir.join("blobs")) {
+        for blob in blobs.flatten() {
+            File::open(blob.path())?.sync_all()?;
+        }
+        File::open(dir.join("blobs"))?.sync_all()?;
+    }
     progress(next_pos);
     Ok(Ok(ImportReport {
         records: next_pos,

@@ -103,12 +103,16 @@ pub struct Conflict {
 pub struct JournalOptions {
     /// sled page cache in bytes.
     pub cache_bytes: u64,
+    /// Encoded bytes of one event at most; a larger one is refused (at most
+    /// [`limits::EVENT_BYTES_CEILING`]).
+    pub max_event_bytes: usize,
 }
 
 impl Default for JournalOptions {
     fn default() -> Self {
         JournalOptions {
             cache_bytes: limits::SLED_CACHE_BYTES,
+            max_event_bytes: limits::EVENT_BYTES_MAX_DEFAULT,
         }
     }
 }
@@ -129,10 +133,11 @@ impl Request {
         session_id: &SessionId,
         expected: Expected,
         events: Vec<Event>,
+        max_event_bytes: usize,
     ) -> Result<(Request, oneshot::Receiver<AppendResult>), Error> {
         let events = events
             .into_iter()
-            .map(|event| codec::encode_event(event).map_err(Error::Encode))
+            .map(|event| codec::encode_event(event, max_event_bytes).map_err(Error::Encode))
             .collect::<Result<_, _>>()?;
         let (reply, answer) = oneshot::channel();
         Ok((
@@ -202,6 +207,7 @@ struct Inner {
     next_pos: Arc<AtomicU64>,
     tail: Arc<RwLock<Tail>>,
     db: sled::Db,
+    max_event_bytes: usize,
 }
 
 /// The session index of the records past the watermark `W`: one run per append
@@ -230,6 +236,16 @@ const RUN: u8 = b'R';
 const OPEN: u8 = b'O';
 const IDEMPOTENCY: u8 = b'K';
 const SESSION: u8 = b'N';
+/// `A` + BLAKE3 digest: the encoding of an event stored apart from its record.
+pub(crate) const APART: u8 = b'A';
+
+/// The key of an event stored apart.
+pub(crate) fn apart_key(digest: &Hash) -> Vec<u8> {
+    let mut key = Vec::with_capacity(33);
+    key.push(APART);
+    key.extend_from_slice(digest);
+    key
+}
 /// The sled tree of stored projections, apart from the journal's own.
 const PROJECTIONS: &str = "projections";
 
@@ -536,6 +552,7 @@ impl Journal {
                 next_pos,
                 tail,
                 db,
+                max_event_bytes: options.max_event_bytes.min(limits::EVENT_BYTES_CEILING),
             }),
         })
     }
@@ -578,7 +595,7 @@ impl Journal {
         expected: Expected,
         events: Vec<Event>,
     ) -> AppendResult {
-        let (request, answer) = Request::new(session_id, expected, events)?;
+        let (request, answer) = Request::new(session_id, expected, events, self.inner.max_event_bytes)?;
         self.sender()?
             .send(request)
             .await
@@ -593,7 +610,7 @@ impl Journal {
         expected: Expected,
         events: Vec<Event>,
     ) -> AppendResult {
-        let (request, answer) = Request::new(session_id, expected, events)?;
+        let (request, answer) = Request::new(session_id, expected, events, self.inner.max_event_bytes)?;
         self.sender()?
             .blocking_send(request)
             .map_err(|_| Error::Stopped)?;
@@ -612,7 +629,9 @@ impl Journal {
         }
         match segment_at(&self.inner.tree, pos)? {
             None => Ok(None),
-            Some((first_pos, segment)) => record_in(&segment, first_pos, pos).map(Some),
+            Some((first_pos, segment)) => {
+                record_in(&self.inner.tree, &segment, first_pos, pos).map(Some)
+            }
         }
     }
 
@@ -659,6 +678,7 @@ impl Journal {
             _ => from,
         };
         LogReader {
+            tree: self.inner.tree.clone(),
             segments: self
                 .inner
                 .tree
@@ -835,6 +855,7 @@ fn segment_at(
 
 /// Decodes the record at `pos` of a segment that begins at `first_pos`.
 fn record_in(
+    tree: &sled::Tree,
     segment: &Segment<sled::IVec>,
     first_pos: JournalPos,
     pos: JournalPos,
@@ -847,7 +868,7 @@ fn record_in(
             pos,
             reason: format!("record missing from the segment at {first_pos}"),
         })?;
-    decode_record(bytes, Some(pos))
+    decode_record(tree, bytes, Some(pos))
 }
 
 /// The runs of a session's records that end past `from`, in sequence order: the
@@ -945,11 +966,27 @@ fn rebuild_tail(tree: &sled::Tree) -> Result<Tail, Error> {
 }
 
 /// Decodes a record; with `expected`, also checks that it is at that global position.
-fn decode_record(bytes: &[u8], expected: Option<JournalPos>) -> Result<Recorded, Error> {
-    let record = Recorded::from_bytes(bytes).map_err(|error| Error::Corrupt {
+fn decode_record(
+    tree: &sled::Tree,
+    bytes: &[u8],
+    expected: Option<JournalPos>,
+) -> Result<Recorded, Error> {
+    let mut record = Recorded::from_bytes(bytes).map_err(|error| Error::Corrupt {
         pos: expected.unwrap_or_default(),
         reason: error.to_string(),
     })?;
+    if let Event::StoredApart { digest, .. } = &record.event {
+        let corrupt = |reason: String| Error::Corrupt {
+            pos: record.pos,
+            reason,
+        };
+        let stored = tree
+            .get(apart_key(digest))?
+            .ok_or_else(|| corrupt("the event stored apart is missing".into()))?;
+        let event = codec::decode_apart(digest, &stored).map_err(corrupt)?;
+        record.size_bytes += stored.len();
+        record.event = event;
+    }
     if let Some(pos) = expected
         && record.pos != pos
     {
@@ -995,7 +1032,7 @@ impl SessionReader {
                 ),
             });
         };
-        let record = record_in(segment, *first_pos, pos)?;
+        let record = record_in(&self.tree, segment, *first_pos, pos)?;
         if record.session_id != self.session_id || record.seq != seq {
             return Err(Error::Corrupt {
                 pos,
@@ -1045,6 +1082,7 @@ impl Iterator for SessionReader {
 
 /// Reads records in global order, one segment at a time.
 struct LogReader {
+    tree: sled::Tree,
     segments: sled::Iter,
     /// The segment being read, its first position, and the next record's index in it.
     current: Option<(Segment<sled::IVec>, JournalPos, usize)>,
@@ -1069,7 +1107,7 @@ impl Iterator for LogReader {
                     if pos >= self.durable {
                         return None;
                     }
-                    let record = record_in(segment, *first_pos, pos);
+                    let record = record_in(&self.tree, segment, *first_pos, pos);
                     self.failed = record.is_err();
                     return Some(record);
                 }
@@ -1409,7 +1447,11 @@ impl Committer {
         let mut recorded = Vec::with_capacity(encoded.len());
         for ((pos, before, bytes, hash), event) in encoded.into_iter().zip(events) {
             index_event(batch, session_id, &event.event, ts_us);
-            let size_bytes = bytes.len();
+            let mut size_bytes = bytes.len();
+            if let Some((digest, apart)) = event.apart {
+                size_bytes += apart.len();
+                batch.insert(apart_key(&digest), apart);
+            }
             records.push(bytes);
             recorded.push(Arc::new(Recorded {
                 pos,

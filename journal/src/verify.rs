@@ -88,6 +88,16 @@ impl Journal {
                         Ok(body) => body,
                         Err(error) => return bad(pos, error.to_string()),
                     };
+                    if let crate::Event::StoredApart { digest, .. } = &body.event {
+                        let stored = match tree.get(store::apart_key(digest))? {
+                            Some(stored) => stored,
+                            None => return bad(pos, "the event stored apart is missing".into()),
+                        };
+                        if let Err(reason) = codec::decode_apart(digest, &stored) {
+                            return bad(pos, reason);
+                        }
+                        report.bytes += stored.len() as u64;
+                    }
                     if body.pos != pos {
                         return bad(
                             pos,

@@ -96,6 +96,10 @@ fn samples() -> Vec<Event> {
             sha256: "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824".into(),
             content: b"hello".to_vec(),
         },
+        Event::StoredApart {
+            digest: [0x5a; 32],
+            bytes: 5_000_000,
+        },
     ];
     for event in &samples {
         match event {
@@ -113,7 +117,8 @@ fn samples() -> Vec<Event> {
             | Event::HarnessSessionForked { .. }
             | Event::TranscriptCompacted { .. }
             | Event::SessionDeleted { .. }
-            | Event::AttachmentAdded { .. } => {}
+            | Event::AttachmentAdded { .. }
+            | Event::StoredApart { .. } => {}
         }
     }
     samples
