@@ -50,6 +50,9 @@ pub struct RuntimeConfig {
     pub max_queued_runs: usize,
     /// How long a session actor stays in memory with nothing to do.
     pub session_idle: Duration,
+    /// Encoded bytes of one run event at most (a transcript line, a tool result, the
+    /// answer); a run that produces a larger one ends `ERROR`, saying so.
+    pub max_event_bytes: usize,
 }
 
 impl RuntimeConfig {
@@ -63,6 +66,7 @@ impl RuntimeConfig {
             max_concurrent_runs: 8,
             max_queued_runs: 10_000,
             session_idle: Duration::from_secs(60),
+            max_event_bytes: turnstile_journal::limits::EVENT_BYTES_MAX_DEFAULT,
         }
     }
 }

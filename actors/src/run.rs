@@ -219,7 +219,9 @@ impl RunTask {
         let terminal = loop {
             let end = self.attempt(&mut records, &mut first_token, started).await;
             let (kind, message) = match end {
-                AttemptEnd::Journal(error) => break self.failed("journal_error", &error, false),
+                AttemptEnd::Journal(error) => {
+                    break self.failed(journal_error_type(&error), &error, false);
+                }
                 AttemptEnd::Harness(Ok(outcome)) => {
                     break self.completed(outcome, started, first_token);
                 }
@@ -555,6 +557,11 @@ impl RunTask {
         events: Vec<Event>,
         records: &mut Vec<Arc<Recorded>>,
     ) -> Result<(), String> {
+        // Should the append fail, the run's end must still find what it did not record:
+        // the held start events (small) go back, and the event indexes this batch took
+        // are given again, so the run's indexes stay contiguous.
+        let first_index = first_wire_index(&events);
+        let start_events = self.start_events.clone();
         let events = if self.start_events.is_empty() {
             events
         } else {
@@ -565,12 +572,21 @@ impl RunTask {
         let appended = self
             .journal
             .append(&self.identity.session_id, Expected::Any, events)
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
-        broadcast_wire(&self.live, &appended);
-        records.extend(appended);
-        Ok(())
+            .await;
+        let failure = match appended {
+            Ok(Ok(appended)) => {
+                broadcast_wire(&self.live, &appended);
+                records.extend(appended);
+                return Ok(());
+            }
+            Ok(Err(conflict)) => conflict.to_string(),
+            Err(error) => error.to_string(),
+        };
+        self.start_events = start_events;
+        if let Some(index) = first_index {
+            self.next_index = index;
+        }
+        Err(failure)
     }
 }
 
@@ -599,6 +615,27 @@ pub(crate) fn cancelled_events(identity: &RunIdentity, index: EventIndex) -> Vec
             reason: "Run cancelled".into(),
         },
     ]
+}
+
+/// The smallest client-visible event index among `events`.
+pub(crate) fn first_wire_index(events: &[Event]) -> Option<EventIndex> {
+    events
+        .iter()
+        .filter_map(|event| match event {
+            Event::RunEventEmitted { event_index, .. } => Some(*event_index),
+            _ => None,
+        })
+        .min()
+}
+
+/// The class of a run that could not be journaled: an event over `max_event_bytes` is
+/// the run's doing (it produced it), anything else the journal's.
+pub(crate) fn journal_error_type(message: &str) -> &'static str {
+    if message.contains("exceeds max_event_bytes") {
+        "event_too_large"
+    } else {
+        "journal_error"
+    }
 }
 
 /// The terminal events of a failed run.

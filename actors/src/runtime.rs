@@ -80,7 +80,13 @@ impl Runtime {
     /// Opens the journal in `config.data_dir` and starts the actor system.
     /// Sessions with runs left open by an earlier process wake at once and resolve them.
     pub fn open(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
-        let journal = Journal::open(&config.data_dir, JournalOptions::default())?;
+        let journal = Journal::open(
+            &config.data_dir,
+            JournalOptions {
+                max_event_bytes: config.max_event_bytes,
+                ..JournalOptions::default()
+            },
+        )?;
         let open_runs = journal.open_runs()?;
         let shared = Arc::new(Shared {
             journal,

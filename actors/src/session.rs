@@ -29,6 +29,7 @@ use crate::api::{AgentSpec, CompactOutcome, Multitask, Refused, RuntimeError, St
 use crate::history::{branch_history, branch_runs, render_prompt};
 use crate::run::{
     Finished, RunIdentity, RunTask, WireEvent, broadcast_wire, cancelled_events, failed_events,
+    journal_error_type,
 };
 
 /// What every actor of one runtime shares.
@@ -560,9 +561,29 @@ impl SessionActor {
     ) {
         let journal = self.shared.journal.clone();
         let session_id = self.session_id.clone();
+        let agent_id = self
+            .state
+            .run(&run_id)
+            .map(|run| run.agent_id.clone())
+            .unwrap_or_default();
+        let identity = self.identity(&run_id, &agent_id);
         ctx.spawn(
-            async move { journal.append(&session_id, Expected::Any, terminal).await }
-                .into_actor(self)
+            async move {
+                let appended = journal
+                    .append(&session_id, Expected::Any, terminal.clone())
+                    .await;
+                let failure = match appended {
+                    Ok(Ok(records)) => return Ok(Ok(records)),
+                    Ok(Err(conflict)) => conflict.to_string(),
+                    Err(error) => error.to_string(),
+                };
+                // No code path leaves a run open: what could not be journaled is replaced
+                // by a small end that says why (the events that fit go with it).
+                tracing::error!(run_id = %identity.run_id, %failure, "terminal events not journaled; ending the run with a small terminal record");
+                let ending = fallback_ending(&identity, terminal, &failure, journal.max_event_bytes());
+                journal.append(&session_id, Expected::Any, ending).await
+            }
+            .into_actor(self)
                 .map(move |result, actor, ctx| {
                     // The slot frees only once the run's end is journaled, so the journal
                     // never shows more runs executing than there are slots.
@@ -582,7 +603,8 @@ impl SessionActor {
                         Ok(Err(conflict)) => {
                             tracing::error!(%run_id, %conflict, "terminal event refused")
                         }
-                        // The run stays open in the journal; recovery ends it.
+                        // Even the small end failed: the journal itself is failing, and
+                        // start-up recovery ends the run.
                         Err(error) => {
                             tracing::error!(%run_id, %error, "terminal event not journaled")
                         }
@@ -591,6 +613,67 @@ impl SessionActor {
                 }),
         );
     }
+}
+
+/// A run's end when its terminal batch could not be journaled: the batch's events that
+/// are not an ending and fit a record, up to the first client-visible event that does
+/// not (so indexes stay contiguous), then `RunError` and `RunFailed` naming the cause.
+fn fallback_ending(
+    identity: &RunIdentity,
+    terminal: Vec<Event>,
+    failure: &str,
+    max_event_bytes: usize,
+) -> Vec<Event> {
+    let mut kept = Vec::new();
+    let mut next_index = None;
+    let fits = |event: &Event| {
+        turnstile_journal::codec::encode_event(event.clone(), max_event_bytes).is_ok()
+    };
+    for event in terminal {
+        if event.is_terminal() {
+            continue;
+        }
+        match &event {
+            Event::RunEventEmitted {
+                event_index,
+                event_type,
+                ..
+            } => {
+                let ending = matches!(
+                    event_type.as_str(),
+                    "RunCompleted" | "RunError" | "RunCancelled"
+                );
+                if next_index.is_none() && !ending && fits(&event) {
+                    kept.push(event);
+                } else if next_index.is_none() {
+                    next_index = Some(*event_index);
+                }
+            }
+            _ if fits(&event) => kept.push(event),
+            _ => {}
+        }
+    }
+    // The terminal batch always holds its wire ending, so `next_index` is set; without
+    // one the end follows the last event kept.
+    let index = next_index
+        .or_else(|| {
+            kept.iter()
+                .filter_map(|event| match event {
+                    Event::RunEventEmitted { event_index, .. } => Some(event_index.next()),
+                    _ => None,
+                })
+                .max()
+        })
+        .unwrap_or(EventIndex(0));
+    let message = format!("The run's result could not be recorded: {failure}");
+    kept.extend(failed_events(
+        identity,
+        index,
+        journal_error_type(failure),
+        &message,
+        false,
+    ));
+    kept
 }
 
 impl Actor for SessionActor {

@@ -40,6 +40,9 @@ pub struct ServerConfig {
     pub session_idle_s: f64,
     /// **ext**: seconds between keepalive comments on an idle stream (at most 15).
     pub sse_keepalive_s: f64,
+    /// **ext**: encoded bytes of one run event at most (a transcript line, a tool
+    /// result, the answer); a run that produces a larger one ends `ERROR`.
+    pub max_event_bytes: usize,
 }
 
 impl Default for ServerConfig {
@@ -52,6 +55,7 @@ impl Default for ServerConfig {
             max_queued_runs: 10_000,
             session_idle_s: 60.0,
             sse_keepalive_s: 15.0,
+            max_event_bytes: turnstile_journal::limits::EVENT_BYTES_MAX_DEFAULT,
         }
     }
 }
@@ -229,6 +233,12 @@ impl Config {
                     agent.id
                 )));
             }
+        }
+        let ceiling = turnstile_journal::limits::EVENT_BYTES_CEILING;
+        if !(65_536..=ceiling).contains(&self.server.max_event_bytes) {
+            return Err(ConfigError::Invalid(format!(
+                "server.max_event_bytes must be from 65536 to {ceiling} bytes"
+            )));
         }
         if self.server.max_concurrent_runs == 0 {
             return Err(ConfigError::Invalid(

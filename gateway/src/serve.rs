@@ -30,6 +30,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         max_concurrent_runs: config.server.max_concurrent_runs,
         max_queued_runs: config.server.max_queued_runs,
         session_idle: std::time::Duration::from_secs_f64(config.server.session_idle_s),
+        max_event_bytes: config.server.max_event_bytes,
     })?;
     let addr: SocketAddr = config
         .server

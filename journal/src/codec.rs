@@ -106,8 +106,7 @@ pub struct EncodedEvent {
 /// Encodes an event for [`encode_parts`]; one over [`INLINE_EVENT_BYTES_MAX`] is
 /// stored apart, and one over `max_event_bytes` is refused with a message that says so.
 pub fn encode_event(event: Event, max_event_bytes: usize) -> Result<EncodedEvent, String> {
-    let bytes =
-        bincode::serde::encode_to_vec(&event, event_config()).map_err(|e| e.to_string())?;
+    let bytes = bincode::serde::encode_to_vec(&event, event_config()).map_err(|e| e.to_string())?;
     if bytes.len() > max_event_bytes {
         return Err(format!(
             "an event of {} bytes ({}) exceeds max_event_bytes ({max_event_bytes})",

@@ -595,7 +595,8 @@ impl Journal {
         expected: Expected,
         events: Vec<Event>,
     ) -> AppendResult {
-        let (request, answer) = Request::new(session_id, expected, events, self.inner.max_event_bytes)?;
+        let (request, answer) =
+            Request::new(session_id, expected, events, self.inner.max_event_bytes)?;
         self.sender()?
             .send(request)
             .await
@@ -610,11 +611,17 @@ impl Journal {
         expected: Expected,
         events: Vec<Event>,
     ) -> AppendResult {
-        let (request, answer) = Request::new(session_id, expected, events, self.inner.max_event_bytes)?;
+        let (request, answer) =
+            Request::new(session_id, expected, events, self.inner.max_event_bytes)?;
         self.sender()?
             .blocking_send(request)
             .map_err(|_| Error::Stopped)?;
         answer.blocking_recv().map_err(|_| Error::Stopped)?
+    }
+
+    /// Encoded bytes of one event at most (`JournalOptions::max_event_bytes`).
+    pub fn max_event_bytes(&self) -> usize {
+        self.inner.max_event_bytes
     }
 
     /// The position the next durable record will get (= number of records).

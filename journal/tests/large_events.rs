@@ -59,7 +59,10 @@ fn events_larger_than_a_record_are_journaled_whole_and_read_back_as_one_13() {
         .map(|record| record.unwrap().seq.0)
         .collect();
     assert_eq!(seqs, vec![0, 1, 2]);
-    assert_eq!(journal.get(JournalPos(1)).unwrap().unwrap().event, events[1]);
+    assert_eq!(
+        journal.get(JournalPos(1)).unwrap().unwrap().event,
+        events[1]
+    );
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -84,7 +87,10 @@ fn events_larger_than_a_record_are_journaled_whole_and_read_back_as_one_13() {
         .append_blocking(&session, Expected::Any, vec![line(2 << 20)])
         .unwrap_err()
         .to_string();
-    assert!(refused.contains("exceeds max_event_bytes (1048576)"), "{refused}");
+    assert!(
+        refused.contains("exceeds max_event_bytes (1048576)"),
+        "{refused}"
+    );
     assert_eq!(small.next_pos(), JournalPos(0));
 
     // Export shows each event whole; an import builds the same journal, byte for byte.
@@ -126,8 +132,14 @@ fn verify_names_an_event_stored_apart_that_was_damaged_13() {
     }
     let journal = Journal::open(dir.path(), JournalOptions::default()).unwrap();
     let corruption = journal.verify(|_| ()).unwrap().unwrap_err().to_string();
-    assert!(corruption.contains("does not match its digest"), "{corruption}");
-    assert!(corruption.contains("position 1") || corruption.contains(" 1"), "{corruption}");
+    assert!(
+        corruption.contains("does not match its digest"),
+        "{corruption}"
+    );
+    assert!(
+        corruption.contains("position 1") || corruption.contains(" 1"),
+        "{corruption}"
+    );
     let read = journal.read_session(&session, Seq(0)).nth(1).unwrap();
     assert!(read.is_err(), "a damaged event must not read as sound");
 }

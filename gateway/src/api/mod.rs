@@ -354,6 +354,13 @@ async fn respond_run(
         view = handle.outcome() => view?,
         _ = shutdown.cancelled() => return Err(ApiError::ShuttingDown),
     };
+    // A run answered without its end would read as still running forever (issue 13).
+    if !view.status.is_terminal() {
+        return Err(ApiError::Internal(format!(
+            "run {} ended its stream without a terminal event",
+            view.run_id
+        )));
+    }
     Ok(Json(run_json(state, &view, agent_name).await?).into_response())
 }
 
