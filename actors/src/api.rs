@@ -215,6 +215,12 @@ pub enum Refused {
         /// Why.
         reason: String,
     },
+    /// No such session.
+    #[error("Session {session_id} not found")]
+    UnknownSession {
+        /// The id asked for.
+        session_id: SessionId,
+    },
     /// No such run.
     #[error("Run {run_id} not found")]
     UnknownRun {

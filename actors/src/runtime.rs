@@ -424,11 +424,8 @@ impl Runtime {
         session_id: &SessionId,
     ) -> Result<Result<CompactOutcome, Refused>, RuntimeError> {
         let Some(state) = self.session_state(session_id)? else {
-            return Ok(Ok(CompactOutcome {
-                compacted: false,
-                status: "no_history",
-                message: format!("Session {session_id} has no history to compact."),
-                record: None,
+            return Ok(Err(Refused::UnknownSession {
+                session_id: session_id.clone(),
             }));
         };
         if state.session.agent_id != agent_id {

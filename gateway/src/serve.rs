@@ -54,10 +54,15 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         keepalive: std::time::Duration::from_secs_f64(config.server.sse_keepalive_s),
     };
     // Auth is on when the configured environment variable holds a key.
-    let api_key = std::env::var(&config.server.api_key_env)
-        .ok()
-        .filter(|key| !key.is_empty())
-        .map(Into::into);
+    let api_key = match std::env::var(&config.server.api_key_env) {
+        // Set but empty is a mistake, not a wish to run without auth (issue 13).
+        Ok(key) if key.is_empty() => anyhow::bail!(
+            "{} is set but empty: set it to the API key, or unset it to run without auth",
+            config.server.api_key_env
+        ),
+        Ok(key) => Some(key.into()),
+        Err(_) => None,
+    };
     if api_key.is_some() {
         tracing::info!("API key auth is on ({} is set)", config.server.api_key_env);
     }

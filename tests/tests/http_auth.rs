@@ -57,7 +57,7 @@ async fn routes_need_the_key_once_it_is_configured() {
 #[tokio::test]
 async fn without_a_key_auth_is_off() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start_with_env(dir.path(), &[], &[("TURNSTILE_API_KEY", "")]);
+    let server = Server::start(dir.path());
     assert_eq!(
         client()
             .get(server.url("/agents"))
@@ -67,4 +67,45 @@ async fn without_a_key_auth_is_off() {
             .status(),
         200
     );
+}
+
+/// Issue 13, defect 9: an empty key used to turn auth off silently.
+#[test]
+fn an_empty_key_variable_refuses_to_start_naming_it_13() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(turnstile_tests::turnstile_bin())
+        .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .env("TURNSTILE_API_KEY", "")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("TURNSTILE_API_KEY is set but empty"),
+        "{stderr}"
+    );
+}
+
+/// Issue 13, defect 9: the scheme is case-insensitive (RFC 9110 §11.1).
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive_13() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with_env(dir.path(), &[], &[("TURNSTILE_API_KEY", "k3y")]);
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let answer = client()
+            .get(server.url("/agents"))
+            .header("authorization", format!("{scheme} k3y"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200, "{scheme}");
+    }
+    let wrong = client()
+        .get(server.url("/agents"))
+        .header("authorization", "Basic k3y")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
 }

@@ -421,6 +421,41 @@ async fn hostile_requests_get_a_clear_4xx_and_change_nothing() {
         ("PATCH", "/sessions".into(), "", "".into(), None, 405),
         ("POST", "/health".into(), "", "".into(), None, 405),
         ("GET", "/nope".into(), "", "".into(), None, 404),
+        // Issue 13, defect 4: axum's own rejections answered text/plain.
+        ("GET", "/agents/%FF".into(), "", "".into(), None, 400),
+        (
+            "GET",
+            "/agents/scripted/runs/%FF%FE".into(),
+            "",
+            "".into(),
+            None,
+            400,
+        ),
+        (
+            "GET",
+            "/sessions?limit=1&limit=2".into(),
+            "",
+            "".into(),
+            None,
+            400,
+        ),
+        // Issue 13, defect 9.
+        (
+            "POST",
+            "/agents/scripted/sessions/no-such/compact".into(),
+            "",
+            "".into(),
+            None,
+            404,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "application/x-www-form-urlencoded",
+            "message=%FF%FE&stream=false".into(),
+            None,
+            422,
+        ),
     ];
     assert!(cases.len() >= 40);
     for (method, path, content_type, body, header, expected) in cases {
@@ -466,4 +501,50 @@ async fn hostile_requests_get_a_clear_4xx_and_change_nothing() {
         after_sessions["meta"]["total_count"],
         before_sessions["meta"]["total_count"]
     );
+}
+
+/// Issue 13, defect 9: invalid UTF-8 had three answers (U+FFFD in urlencoded bodies, 422
+/// in JSON, dropped in multipart); it has one, 422, and nothing is recorded.
+#[tokio::test]
+async fn invalid_utf8_is_refused_the_same_in_every_body_13() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let mut multipart = b"--XyZ\r\ncontent-disposition: form-data; name=\"message\"\r\n\r\nbad \xff\xfe\r\n--XyZ--\r\n".to_vec();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "application/x-www-form-urlencoded",
+            b"stream=false&message=bad+\xff\xfe".to_vec(),
+        ),
+        (
+            "application/x-www-form-urlencoded",
+            b"stream=false&message=bad%FF%FE".to_vec(),
+        ),
+        (
+            "application/json",
+            b"{\"message\":\"bad \xff\xfe\",\"stream\":false}".to_vec(),
+        ),
+        (
+            "multipart/form-data; boundary=XyZ",
+            std::mem::take(&mut multipart),
+        ),
+    ];
+    for (content_type, body) in cases {
+        let answer = client()
+            .post(server.url("/agents/scripted/runs"))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = answer.status().as_u16();
+        let text = answer.text().await.unwrap();
+        assert_eq!(status, 422, "{content_type}: {text}");
+        let detail: Value = serde_json::from_str(&text).unwrap();
+        assert!(
+            detail["detail"].as_str().unwrap().contains("UTF-8"),
+            "{content_type}: {text}"
+        );
+    }
+    let sessions = get_json(&server, "/sessions").await;
+    assert_eq!(sessions["meta"]["total_count"], 0, "{sessions}");
 }

@@ -99,7 +99,9 @@ impl From<Refused> for ApiError {
                 error_type: "run_not_continuable",
                 message,
             },
-            Refused::UnknownRun { .. } => ApiError::NotFound(message),
+            Refused::UnknownRun { .. } | Refused::UnknownSession { .. } => {
+                ApiError::NotFound(message)
+            }
             Refused::ShuttingDown => ApiError::ShuttingDown,
         }
     }

@@ -76,10 +76,13 @@ impl Fields {
                     uploads.push((file_name, media_type, bytes.to_vec()));
                     continue;
                 }
-                let text = field
-                    .text()
+                let bytes = field
+                    .bytes()
                     .await
                     .map_err(|error| ApiError::BadRequest(format!("field {name:?}: {error}")))?;
+                let text = String::from_utf8(bytes.to_vec()).map_err(|_| {
+                    ApiError::Unprocessable(format!("field {name:?} is not valid UTF-8"))
+                })?;
                 fields.insert(name, text);
             }
             return Ok(Fields {
@@ -95,6 +98,9 @@ impl Fields {
             }
         })?;
         if content_type.starts_with("application/json") {
+            if std::str::from_utf8(&body).is_err() {
+                return Err(ApiError::Unprocessable("body is not valid UTF-8".into()));
+            }
             let value: serde_json::Value = serde_json::from_slice(&body).map_err(|error| {
                 ApiError::Unprocessable(format!("body is not valid JSON: {error}"))
             })?;
@@ -129,7 +135,7 @@ impl Fields {
         }
         if content_type.is_empty() || content_type.starts_with("application/x-www-form-urlencoded")
         {
-            let pairs: Vec<(String, String)> = serde_urlencoded_pairs(&body)?;
+            let pairs: Vec<(String, String)> = form_pairs(&body)?;
             return Ok(Fields {
                 values: pairs.into_iter().collect(),
                 uploads: Vec::new(),
@@ -178,7 +184,49 @@ impl Fields {
     }
 }
 
-fn serde_urlencoded_pairs(body: &[u8]) -> Result<Vec<(String, String)>, ApiError> {
-    serde_urlencoded::from_bytes(body)
-        .map_err(|error| ApiError::Unprocessable(format!("malformed form body: {error}")))
+/// The pairs of a urlencoded body. Invalid UTF-8, raw or percent-encoded, is refused
+/// (422) rather than replaced with U+FFFD, as it is in JSON and multipart bodies.
+fn form_pairs(body: &[u8]) -> Result<Vec<(String, String)>, ApiError> {
+    let mut pairs = Vec::new();
+    for part in body
+        .split(|byte| *byte == b'&')
+        .filter(|part| !part.is_empty())
+    {
+        let (name, value) = match part.iter().position(|byte| *byte == b'=') {
+            Some(at) => (&part[..at], &part[at + 1..]),
+            None => (part, &b""[..]),
+        };
+        let name = form_decode(name)?;
+        let value = form_decode(value)
+            .map_err(|_| ApiError::Unprocessable(format!("field {name:?} is not valid UTF-8")))?;
+        pairs.push((name, value));
+    }
+    Ok(pairs)
+}
+
+/// Decodes one urlencoded name or value: `+` is a space, `%XX` a byte (a `%` without
+/// two hex digits stands for itself, as browsers and `serde_urlencoded` read it).
+fn form_decode(text: &[u8]) -> Result<String, ApiError> {
+    let hex = |byte: u8| (byte as char).to_digit(16).map(|digit| digit as u8);
+    let mut bytes = Vec::with_capacity(text.len());
+    let mut at = 0;
+    while at < text.len() {
+        match text[at] {
+            b'+' => bytes.push(b' '),
+            b'%' => match (
+                text.get(at + 1).and_then(|b| hex(*b)),
+                text.get(at + 2).and_then(|b| hex(*b)),
+            ) {
+                (Some(high), Some(low)) => {
+                    bytes.push(high * 16 + low);
+                    at += 2;
+                }
+                _ => bytes.push(b'%'),
+            },
+            byte => bytes.push(byte),
+        }
+        at += 1;
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| ApiError::Unprocessable("a form field name is not valid UTF-8".into()))
 }

@@ -7,6 +7,7 @@
 pub mod attachments;
 pub mod dto;
 pub mod error;
+mod extract;
 pub mod form;
 pub mod metrics;
 pub mod openapi;
@@ -14,11 +15,12 @@ pub mod sse;
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use extract::{Path, Query};
 use serde::Deserialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -158,7 +160,10 @@ async fn require_api_key(
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
+        .and_then(|value| value.split_once(' '))
+        // The scheme is case-insensitive (RFC 9110 §11.1).
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim_start_matches(' '))
         .unwrap_or_default();
     // Compare without an early exit, so timing does not tell how much of a key matched.
     let matches = presented.len() == key.len()
