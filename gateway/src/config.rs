@@ -43,6 +43,9 @@ pub struct ServerConfig {
     /// **ext**: encoded bytes of one run event at most (a transcript line, a tool
     /// result, the answer); a run that produces a larger one ends `ERROR`.
     pub max_event_bytes: usize,
+    /// **ext**: request bodies larger than this get 413, decided from `Content-Length`
+    /// when present.
+    pub max_request_bytes: usize,
 }
 
 impl Default for ServerConfig {
@@ -56,6 +59,7 @@ impl Default for ServerConfig {
             session_idle_s: 60.0,
             sse_keepalive_s: 15.0,
             max_event_bytes: turnstile_journal::limits::EVENT_BYTES_MAX_DEFAULT,
+            max_request_bytes: turnstile_journal::limits::REQUEST_BODY_BYTES_MAX,
         }
     }
 }
@@ -239,6 +243,11 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "server.max_event_bytes must be from 65536 to {ceiling} bytes"
             )));
+        }
+        if self.server.max_request_bytes < 1024 {
+            return Err(ConfigError::Invalid(
+                "server.max_request_bytes must be at least 1024 bytes".into(),
+            ));
         }
         if self.server.max_concurrent_runs == 0 {
             return Err(ConfigError::Invalid(

@@ -73,6 +73,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         sse,
         api_key,
         stored_events,
+        max_request_bytes: config.server.max_request_bytes,
     });
     tracing::info!(
         "turnstile listening on http://{local} (data dir {})",

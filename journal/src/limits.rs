@@ -62,8 +62,13 @@ pub const SESSION_MAILBOX_MESSAGES: usize = 256;
 pub const RUN_BROADCAST_EVENTS: usize = 1024;
 /// Harness events buffered between a harness and the run task that journals them.
 pub const HARNESS_EVENTS_BUFFERED: usize = 256;
-/// Request body size, in bytes, accepted by the gateway.
-pub const REQUEST_BODY_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// Request body size, in bytes, accepted by the gateway by default
+/// (`server.max_request_bytes`).
+pub const REQUEST_BODY_BYTES_MAX: usize = 32 * 1024 * 1024;
+/// Length of a `user_id`, in bytes.
+pub const USER_ID_BYTES_MAX: usize = 1024;
+/// Length of an `output_schema` (JSON text), in bytes: compiling one is not free.
+pub const OUTPUT_SCHEMA_BYTES_MAX: usize = 256 * 1024;
 /// One attachment, in bytes (it is journaled whole, within one record).
 pub const ATTACHMENT_BYTES_MAX: usize = 3 * 1024 * 1024;
 /// Length of an `Idempotency-Key`, in bytes.

@@ -80,7 +80,7 @@ async fn hostile_requests_get_a_clear_4xx_and_change_nothing() {
     let before_sessions: Value = get_json(&server, "/sessions").await;
 
     let runs = "/agents/scripted/runs";
-    let huge = "x".repeat(17 * 1024 * 1024);
+    let five_mib = "u".repeat(5 * 1024 * 1024);
     let long_id = "s".repeat(200);
     let long_key = "k".repeat(300);
     let run_path = |suffix: &str| format!("/agents/scripted/runs/{run}{suffix}");
@@ -238,14 +238,8 @@ async fn hostile_requests_get_a_clear_4xx_and_change_nothing() {
             None,
             400,
         ),
-        (
-            "POST",
-            runs.into(),
-            "application/x-www-form-urlencoded",
-            format!("message={huge}"),
-            None,
-            413,
-        ),
+        // A body over the limit: `a_terabyte_content_length_is_refused_at_once_13` (the
+        // 413 comes before the body is read, so this client would see a broken pipe).
         (
             "POST",
             "/agents/nobody/runs".into(),
@@ -439,6 +433,23 @@ async fn hostile_requests_get_a_clear_4xx_and_change_nothing() {
             None,
             400,
         ),
+        // Issue 13, defect 2: a field over its own bound is 422 naming it, never a 500.
+        (
+            "POST",
+            runs.into(),
+            "application/x-www-form-urlencoded",
+            format!("message=hi&stream=false&user_id={five_mib}"),
+            None,
+            422,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "application/x-www-form-urlencoded",
+            format!("message=hi&stream=false&output_schema={five_mib}"),
+            None,
+            422,
+        ),
         // Issue 13, defect 9.
         (
             "POST",
@@ -547,4 +558,29 @@ async fn invalid_utf8_is_refused_the_same_in_every_body_13() {
     }
     let sessions = get_json(&server, "/sessions").await;
     assert_eq!(sessions["meta"]["total_count"], 0, "{sessions}");
+}
+
+/// Issue 13, defects 2 and 3: a body announced larger than the limit is refused from its
+/// `Content-Length` at once, before any of it is sent.
+#[tokio::test]
+async fn a_terabyte_content_length_is_refused_at_once_13() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let addr = server.base.trim_start_matches("http://").to_owned();
+    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    stream
+        .write_all(b"POST /agents/scripted/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000000000000\r\n\r\n")
+        .unwrap();
+    let mut answer = vec![0u8; 4096];
+    let read = stream.read(&mut answer).expect("an answer within 5 s");
+    let answer = String::from_utf8_lossy(&answer[..read]);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(
+        answer.contains("\"error_type\":\"payload_too_large\""),
+        "{answer}"
+    );
 }

@@ -38,10 +38,7 @@ pub enum ApiError {
         run_id: String,
     },
     /// 413: the body is larger than the configured limit.
-    #[error(
-        "request body is larger than the limit of {} bytes",
-        turnstile_journal::limits::REQUEST_BODY_BYTES_MAX
-    )]
+    #[error("request body is larger than the configured limit (server.max_request_bytes)")]
     PayloadTooLarge,
     /// 429: the durable queue is full.
     #[error("{0}")]

@@ -154,6 +154,17 @@ impl Fields {
             .filter(|text| !text.is_empty())
     }
 
+    /// A field's text, if present and not empty, refused (422, naming the field) when
+    /// it is longer than `max` bytes.
+    pub fn bounded(&self, name: &str, max: usize) -> Result<Option<&str>, ApiError> {
+        match self.text(name) {
+            Some(text) if text.len() > max => Err(ApiError::Unprocessable(format!(
+                "field {name:?} is longer than {max} bytes"
+            ))),
+            text => Ok(text),
+        }
+    }
+
     /// A required field.
     pub fn required(&self, name: &str) -> Result<&str, ApiError> {
         self.text(name)

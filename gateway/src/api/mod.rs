@@ -28,7 +28,7 @@ use turnstile_actors::{
     AgentSpec, ContinueFrom, ContinueRun, Multitask, Refused, RunHandle, Runtime, StartRun,
 };
 use turnstile_journal::limits::{
-    IDEMPOTENCY_KEY_BYTES_MAX, MESSAGE_BYTES_MAX, REQUEST_BODY_BYTES_MAX,
+    IDEMPOTENCY_KEY_BYTES_MAX, MESSAGE_BYTES_MAX, OUTPUT_SCHEMA_BYTES_MAX, USER_ID_BYTES_MAX,
 };
 use turnstile_journal::{EventIndex, RunId, SessionId};
 use turnstile_projections::{RunView, SessionState};
@@ -50,6 +50,8 @@ pub struct AppState {
     pub api_key: Option<Arc<str>>,
     /// Per agent that stores events (agno's `store_events`): the event types it skips.
     pub stored_events: Arc<std::collections::HashMap<String, Vec<String>>>,
+    /// Request bodies larger than this get 413 (`server.max_request_bytes`).
+    pub max_request_bytes: usize,
 }
 
 /// A run as agno's `RunOutput`, with its stored events when its agent keeps them:
@@ -135,12 +137,37 @@ pub fn router(state: AppState) -> Router {
         .route("/sessions/{session_id}/runs", get(get_session_runs))
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::extract::DefaultBodyLimit::max(REQUEST_BODY_BYTES_MAX))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            state.max_request_bytes,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            refuse_large_bodies,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             require_api_key,
         ))
         .with_state(state)
+}
+
+/// A body announced larger than the limit is refused from its `Content-Length`, before
+/// a byte of it is read (a client that announces a terabyte and sends nothing is
+/// answered at once, not waited for).
+async fn refuse_large_bodies(
+    State(state): State<AppState>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let announced = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok());
+    if announced.is_some_and(|bytes| bytes > state.max_request_bytes as u64) {
+        return ApiError::PayloadTooLarge.into_response();
+    }
+    next.run(request).await
 }
 
 /// Bearer auth (like AgentOS's security key): every route but `GET /health` needs
@@ -241,7 +268,9 @@ async fn create_run(
                 .map_err(|error| ApiError::Unprocessable(format!("session_id: {error}")))
         })
         .transpose()?;
-    let user_id = fields.text("user_id").map(str::to_owned);
+    let user_id = fields
+        .bounded("user_id", USER_ID_BYTES_MAX)?
+        .map(str::to_owned);
     for kind in ["audio", "videos"] {
         if fields
             .json(kind)?
@@ -378,6 +407,7 @@ pub(crate) fn now_s() -> u64 {
 
 /// The `output_schema` field: a JSON Schema whose root is an object, checked on entry.
 fn output_schema(fields: &Fields) -> Result<Option<serde_json::Value>, ApiError> {
+    fields.bounded("output_schema", OUTPUT_SCHEMA_BYTES_MAX)?;
     let Some(schema) = fields.json("output_schema")? else {
         return Ok(None);
     };
@@ -577,7 +607,9 @@ async fn continue_run(
         run_id: source.run_id.clone(),
         continue_from,
         input,
-        user_id: fields.text("user_id").map(str::to_owned),
+        user_id: fields
+            .bounded("user_id", USER_ID_BYTES_MAX)?
+            .map(str::to_owned),
         options: json!({"stream": stream, "background": background}),
         multitask: if background {
             Multitask::Enqueue
