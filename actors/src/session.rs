@@ -9,6 +9,7 @@
 //! An idle actor passivates; the next command rebuilds it from the journal.
 
 use std::collections::{HashMap, VecDeque};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -360,7 +361,7 @@ impl SessionActor {
             return self.pump(ctx);
         };
         let cancel = CancellationToken::new();
-        let (staged, staging) = self.stage_attachments(&run, &agent);
+        let (staged, staging, changed_files) = self.stage_attachments(&run, &agent);
         self.in_flight = Some(InFlight {
             run_id: run.run_id.clone(),
             cancel: cancel.clone(),
@@ -380,6 +381,18 @@ impl SessionActor {
                 next_index,
                 "RunStarted",
                 json!({"model": info.model, "model_provider": info.model_provider}),
+            ));
+            next_index = next_index.next();
+        }
+        if !changed_files.is_empty() {
+            events.push(identity.emitted(
+                next_index,
+                "CustomEvent",
+                json!({"warning": {
+                    "type": "attachments_changed",
+                    "message": "Kept attachments were changed in the workspace since they were attached; the workspace's versions were left as they are.",
+                    "files": changed_files,
+                }}),
             ));
             next_index = next_index.next();
         }
@@ -469,12 +482,13 @@ impl SessionActor {
 
     /// Stages the run's attachments and those of the last runs of its branch, from the
     /// journal, for the harness; returns the runs staged and the note that names them in
-    /// the prompt (or why staging failed).
+    /// the prompt (or why staging failed), and the kept files that were changed in the
+    /// workspace since (left as they are, issue 13).
     fn stage_attachments(
         &self,
         run: &RunView,
         agent: &AgentSpec,
-    ) -> (Vec<RunId>, Result<String, String>) {
+    ) -> (Vec<RunId>, Result<String, String>, Vec<String>) {
         // The run itself, then up to 10 earlier runs of its branch that had attachments.
         let mut runs: Vec<&RunView> = vec![run];
         let mut cursor = branch_runs(&self.state, &run.run_id);
@@ -485,10 +499,11 @@ impl SessionActor {
             .filter(|r| !r.attachments.is_empty())
             .collect();
         if runs.is_empty() {
-            return (Vec::new(), Ok(String::new()));
+            return (Vec::new(), Ok(String::new()), Vec::new());
         }
         let mut staged = Vec::new();
         let mut note = String::new();
+        let mut changed_files = Vec::new();
         for staged_run in &runs {
             let files: Vec<(String, Vec<u8>)> = self
                 .shared
@@ -506,8 +521,17 @@ impl SessionActor {
                     _ => None,
                 })
                 .collect();
-            match crate::uploads::stage(&agent.cwd, staged_run.run_id.as_str(), &files) {
-                Ok(dir) => {
+            let kept = agent.keep_uploads && staged_run.run_id != run.run_id;
+            let staging = if kept {
+                crate::uploads::restage_kept(&agent.cwd, staged_run.run_id.as_str(), &files)
+            } else {
+                crate::uploads::stage(&agent.cwd, staged_run.run_id.as_str(), &files)
+                    .map(|dir| (dir, Vec::new()))
+            };
+            match staging {
+                Ok((_, changed)) => {
+                    // Relative to the cwd the harness runs in: no server path is shown.
+                    let dir = crate::uploads::run_dir(Path::new(""), staged_run.run_id.as_str());
                     staged.push(staged_run.run_id.clone());
                     let heading = if staged_run.run_id == run.run_id {
                         "Attached files"
@@ -516,22 +540,33 @@ impl SessionActor {
                     };
                     note.push_str(&format!("\n\n{heading} (in {}):", dir.display()));
                     for attachment in &staged_run.attachments {
+                        let edited = if changed.contains(&attachment.name) {
+                            "; changed in the workspace since, left as it is"
+                        } else {
+                            ""
+                        };
                         note.push_str(&format!(
-                            "\n- {} ({}, {} bytes)",
+                            "\n- {} ({}, {} bytes{edited})",
                             attachment.name, attachment.media_type, attachment.size
                         ));
                     }
+                    changed_files.extend(
+                        changed
+                            .into_iter()
+                            .map(|name| dir.join(name).display().to_string()),
+                    );
                 }
                 Err(error) => {
                     self.remove_staged_in(&agent.cwd, &staged);
                     return (
                         Vec::new(),
                         Err(format!("attachments could not be staged: {error}")),
+                        Vec::new(),
                     );
                 }
             }
         }
-        (staged, Ok(note))
+        (staged, Ok(note), changed_files)
     }
 
     fn remove_staged(&self, staged: &[RunId]) {

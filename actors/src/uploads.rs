@@ -49,10 +49,23 @@ pub fn check_name(name: &str) -> Result<(), StageError> {
     }
 }
 
-fn io(path: &Path, error: std::io::Error) -> StageError {
+fn io(root: &Path, path: &Path, error: std::io::Error) -> StageError {
     StageError::Io {
-        path: path.display().to_string(),
+        path: shown(root, path),
         reason: error.to_string(),
+    }
+}
+
+/// A path as a client may see it: relative to the agent's cwd (`root`), never the
+/// server's absolute path (issue 13).
+fn shown(root: &Path, path: &Path) -> String {
+    match path.strip_prefix(root) {
+        Ok(relative) if relative.as_os_str().is_empty() => ".".to_owned(),
+        Ok(relative) => relative.display().to_string(),
+        Err(_) => path
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "the agent's cwd".to_owned()),
     }
 }
 
@@ -80,66 +93,99 @@ impl Created {
 }
 
 /// Makes (or walks) `<cwd>/.turnstile/uploads/<run_id>`, refusing symlinks on the way.
-fn ensure_dirs(cwd: &Path, run_id: &str, created: &mut Created) -> Result<PathBuf, StageError> {
-    fs::create_dir_all(cwd).map_err(|e| io(cwd, e))?;
-    let mut dir = cwd.canonicalize().map_err(|e| io(cwd, e))?;
+fn ensure_dirs(
+    cwd: &Path,
+    run_id: &str,
+    created: &mut Created,
+) -> Result<(PathBuf, PathBuf), StageError> {
+    fs::create_dir_all(cwd).map_err(|e| io(cwd, cwd, e))?;
+    let root = cwd.canonicalize().map_err(|e| io(cwd, cwd, e))?;
+    let mut dir = root.clone();
     for part in [".turnstile", "uploads", run_id] {
         dir.push(part);
         match fs::symlink_metadata(&dir) {
             Ok(meta) if meta.file_type().is_symlink() => {
-                return Err(StageError::Symlink(dir.display().to_string()));
+                return Err(StageError::Symlink(shown(&root, &dir)));
             }
             Ok(meta) if meta.is_dir() => {}
-            Ok(_) => return Err(StageError::Exists(dir.display().to_string())),
+            Ok(_) => return Err(StageError::Exists(shown(&root, &dir))),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                fs::create_dir(&dir).map_err(|e| io(&dir, e))?;
+                fs::create_dir(&dir).map_err(|e| io(&root, &dir, e))?;
                 created.dirs.push(dir.clone());
             }
-            Err(error) => return Err(io(&dir, error)),
+            Err(error) => return Err(io(&root, &dir, error)),
         }
     }
-    Ok(dir)
+    Ok((root, dir))
 }
 
 /// Stages `files` (name, bytes) for `run_id`; returns the folder. A file that is
 /// there already with the same bytes is left as it is (a restore); any failure
 /// removes what this call created.
 pub fn stage(cwd: &Path, run_id: &str, files: &[(String, Vec<u8>)]) -> Result<PathBuf, StageError> {
+    stage_files(cwd, run_id, files, false).map(|(dir, _)| dir)
+}
+
+/// Stages a kept run's files again (`keep_uploads`): a file that is there with other
+/// bytes was changed in the workspace and is the workspace's now, so it is left as it
+/// is and named in the answer; nothing is ever overwritten.
+pub fn restage_kept(
+    cwd: &Path,
+    run_id: &str,
+    files: &[(String, Vec<u8>)],
+) -> Result<(PathBuf, Vec<String>), StageError> {
+    stage_files(cwd, run_id, files, true)
+}
+
+fn stage_files(
+    cwd: &Path,
+    run_id: &str,
+    files: &[(String, Vec<u8>)],
+    changed_ok: bool,
+) -> Result<(PathBuf, Vec<String>), StageError> {
     check_name(run_id)?;
     for (name, _) in files {
         check_name(name)?;
     }
     let mut created = Created::default();
+    let mut changed = Vec::new();
     let result = (|| {
-        let dir = ensure_dirs(cwd, run_id, &mut created)?;
+        let (root, dir) = ensure_dirs(cwd, run_id, &mut created)?;
         for (name, bytes) in files {
             let target = dir.join(name);
             if let Ok(meta) = fs::symlink_metadata(&target) {
                 if meta.file_type().is_symlink() {
-                    return Err(StageError::Symlink(target.display().to_string()));
+                    return Err(StageError::Symlink(shown(&root, &target)));
                 }
                 if fs::read(&target).ok().as_deref() == Some(bytes.as_slice()) {
                     continue;
                 }
-                return Err(StageError::Exists(target.display().to_string()));
+                if changed_ok && meta.is_file() {
+                    changed.push(name.clone());
+                    continue;
+                }
+                return Err(StageError::Exists(shown(&root, &target)));
             }
             // `create_new` never follows a symlink put there meanwhile and never overwrites.
             let mut file = OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .open(&target)
-                .map_err(|e| io(&target, e))?;
+                .map_err(|e| io(&root, &target, e))?;
             created.files.push(target.clone());
             file.write_all(bytes)
                 .and_then(|()| file.sync_all())
-                .map_err(|e| io(&target, e))?;
+                .map_err(|e| io(&root, &target, e))?;
         }
         Ok(dir)
     })();
-    if result.is_err() {
-        created.undo();
+    match result {
+        Ok(dir) => Ok((dir, changed)),
+        Err(error) => {
+            created.undo();
+            Err(error)
+        }
     }
-    result
 }
 
 /// Removes a run's uploads folder (never through a symlink).
@@ -148,18 +194,18 @@ pub fn remove(cwd: &Path, run_id: &str) -> Result<(), StageError> {
     let Ok(root) = cwd.canonicalize() else {
         return Ok(());
     };
-    let mut dir = root;
+    let mut dir = root.clone();
     for part in [".turnstile", "uploads", run_id] {
         dir.push(part);
         match fs::symlink_metadata(&dir) {
             Ok(meta) if meta.file_type().is_symlink() => {
-                return Err(StageError::Symlink(dir.display().to_string()));
+                return Err(StageError::Symlink(shown(&root, &dir)));
             }
             Ok(_) => {}
             Err(_) => return Ok(()),
         }
     }
-    fs::remove_dir_all(&dir).map_err(|e| io(&dir, e))
+    fs::remove_dir_all(&dir).map_err(|e| io(&root, &dir, e))
 }
 
 /// A file attached to a run.

@@ -101,10 +101,8 @@ async fn attachments_are_staged_named_listed_and_removed() {
     let run_id = run["run_id"].as_str().unwrap();
     let content = run["content"].as_str().unwrap();
     assert!(
-        content.contains(&format!(
-            "Attached files (in {})",
-            uploads(&workspace, run_id).display()
-        )),
+        // Relative to the agent's cwd: no server path reaches a client (issue 13).
+        content.contains(&format!("Attached files (in .turnstile/uploads/{run_id})")),
         "{content}"
     );
     for name in [
@@ -261,5 +259,57 @@ async fn unsafe_attachments_are_refused_and_write_nothing_outside() {
         run["content"].as_str().unwrap().contains("symlink"),
         "{run}"
     );
+    // Issue 13, defect 7: the message names the path relative to the cwd.
+    let text = run["content"].as_str().unwrap();
+    assert!(text.contains(".turnstile is a symlink"), "{text}");
+    assert!(
+        !text.contains(&workspace.canonicalize().unwrap().display().to_string()),
+        "{text}"
+    );
     assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
+}
+
+/// Issue 13, defect 6: with `keep_uploads`, a kept file the agent (or anyone) edited is
+/// the workspace's now: later turns proceed with a warning, and it is not overwritten.
+#[tokio::test]
+async fn an_edited_kept_upload_is_left_as_it_is_and_later_turns_proceed_13() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let config = config(dir.path(), &workspace);
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let first: Value = multipart_run(&server, "keeper", "k", "first", &[("a.txt", b"original")])
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(first["status"], "COMPLETED", "{first}");
+    let kept = uploads(&workspace, first["run_id"].as_str().unwrap()).join("a.txt");
+    std::fs::write(&kept, b"edited by the agent").unwrap();
+    for turn in ["second", "third"] {
+        let later: Value = client()
+            .post(server.url("/agents/keeper/runs"))
+            .form(&[("message", turn), ("stream", "false"), ("session_id", "k")])
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(later["status"], "COMPLETED", "{later}");
+        let warnings = later["metadata"]["warnings"].to_string();
+        assert!(warnings.contains("attachments_changed"), "{later}");
+        assert!(warnings.contains(".turnstile/uploads/"), "{warnings}");
+        assert!(
+            later["content"]
+                .as_str()
+                .unwrap()
+                .contains("changed in the workspace since"),
+            "{later}"
+        );
+    }
+    assert_eq!(std::fs::read(&kept).unwrap(), b"edited by the agent");
 }
