@@ -188,7 +188,7 @@ impl Config {
     /// Resolves every relative path once, against where turnstile started: a CLI runs
     /// in its agent's `cwd`, so a relative path handed to it would name another place
     /// (issue 13: the CLI's config directory ended up inside the workspace). The
-    /// harnesses resolve their own paths (`claude_bin`, `mcp_config`) as they read them.
+    /// harnesses resolve their own paths (CLI binaries, MCP configurations) as they read them.
     fn resolve_paths(&mut self) {
         self.server.data_dir = absolute(&self.server.data_dir);
         for agent in &mut self.agents {
