@@ -199,10 +199,13 @@ async fn the_compact_route_compacts_declines_and_refuses_while_busy() {
             .post(server.url(&format!("/agents/scripted/sessions/{session}/compact")))
             .send()
     };
-    let empty: Value = compact("nobody").await.unwrap().json().await.unwrap();
+    // An unknown session is 404, as for every other route (issue 13, defect 9).
+    let unknown = compact("nobody").await.unwrap();
+    assert_eq!(unknown.status(), 404);
+    let empty: Value = unknown.json().await.unwrap();
     assert_eq!(
         empty,
-        json!({"status": "no_history", "message": "Session nobody has no history to compact.", "compacted": false, "record": null})
+        json!({"detail": "Session nobody not found", "error_type": "not_found"})
     );
     for message in ["one", "two", "three"] {
         run(&server, "s", message).await;

@@ -204,12 +204,16 @@ async fn compaction_replaces_the_history_with_a_summary_also_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let runtime = open(dir.path());
     let session = SessionId::parse("s").unwrap();
-    let nothing = runtime
+    // A session with no events is unknown (issue 13, defect 9).
+    let unknown = runtime
         .compact_session("scripted", &session)
         .await
         .unwrap()
-        .unwrap();
-    assert_eq!((nothing.compacted, nothing.status), (false, "no_history"));
+        .unwrap_err();
+    assert!(
+        matches!(unknown, turnstile_actors::Refused::UnknownSession { .. }),
+        "{unknown:?}"
+    );
     turn(&runtime, "s", "alpha").await;
     let too_little = runtime
         .compact_session("scripted", &session)
