@@ -46,6 +46,15 @@ pub struct ServerConfig {
     /// **ext**: request bodies larger than this get 413, decided from `Content-Length`
     /// when present.
     pub max_request_bytes: usize,
+    /// **ext**: seconds within which a request's headers must arrive.
+    pub header_timeout_s: f64,
+    /// **ext**: seconds within which a request's body must arrive (else 408).
+    pub body_timeout_s: f64,
+    /// **ext**: seconds after which an idle keep-alive connection is closed.
+    pub idle_timeout_s: f64,
+    /// **ext**: connections served at once; beyond it new ones wait (capped by the
+    /// process's descriptor limit).
+    pub max_connections: usize,
 }
 
 impl Default for ServerConfig {
@@ -60,6 +69,10 @@ impl Default for ServerConfig {
             sse_keepalive_s: 15.0,
             max_event_bytes: turnstile_journal::limits::EVENT_BYTES_MAX_DEFAULT,
             max_request_bytes: turnstile_journal::limits::REQUEST_BODY_BYTES_MAX,
+            header_timeout_s: 10.0,
+            body_timeout_s: 60.0,
+            idle_timeout_s: 120.0,
+            max_connections: 4096,
         }
     }
 }
@@ -243,6 +256,22 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "server.max_event_bytes must be from 65536 to {ceiling} bytes"
             )));
+        }
+        for (key, value) in [
+            ("header_timeout_s", self.server.header_timeout_s),
+            ("body_timeout_s", self.server.body_timeout_s),
+            ("idle_timeout_s", self.server.idle_timeout_s),
+        ] {
+            if !(value.is_finite() && value > 0.0 && value <= 86_400.0) {
+                return Err(ConfigError::Invalid(format!(
+                    "server.{key} must be a positive number of seconds (at most 86400)"
+                )));
+            }
+        }
+        if self.server.max_connections == 0 {
+            return Err(ConfigError::Invalid(
+                "server.max_connections must be at least 1".into(),
+            ));
         }
         if self.server.max_request_bytes < 1024 {
             return Err(ConfigError::Invalid(

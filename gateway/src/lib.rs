@@ -7,5 +7,6 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod listen;
 pub mod serve;
 pub mod timeline;

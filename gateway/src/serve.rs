@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use axum::serve::ListenerExt;
@@ -14,6 +15,7 @@ use turnstile_actors::{Runtime, RuntimeConfig};
 use crate::api::sse::SseOptions;
 use crate::api::{AppState, router};
 use crate::config::Config;
+use crate::listen::ListenOptions;
 
 /// Runs the server until a shutdown signal.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
@@ -41,12 +43,6 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
-    // Without TCP_NODELAY an SSE stream stalls ~40 ms per frame on Nagle + delayed ACK.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::debug!(%error, "cannot set TCP_NODELAY");
-        }
-    });
     let shutdown = CancellationToken::new();
     tokio::spawn(wait_for_signal(shutdown.clone()));
     let sse = SseOptions {
@@ -74,18 +70,47 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         api_key,
         stored_events,
         max_request_bytes: config.server.max_request_bytes,
+        body_timeout: Duration::from_secs_f64(config.server.body_timeout_s),
     });
     tracing::info!(
         "turnstile listening on http://{local} (data dir {})",
         data_dir.display()
     );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-        .await?;
+    let listen = ListenOptions {
+        header_timeout: Duration::from_secs_f64(config.server.header_timeout_s),
+        idle_timeout: Duration::from_secs_f64(config.server.idle_timeout_s),
+        max_connections: connection_bound(config.server.max_connections),
+    };
+    crate::listen::serve(listener, app, listen, shutdown.clone()).await;
     tracing::info!("draining runs in flight and syncing the journal");
     runtime.shutdown().await?;
     tracing::info!("turnstile stopped");
     Ok(())
+}
+
+/// Descriptors kept for everything but connections: the journal's files, CLI pipes,
+/// transcript files.
+const DESCRIPTORS_RESERVED: u64 = 256;
+
+/// Raises the descriptor limit to its hard limit and bounds the connections by it, so a
+/// flood of connections waits in the backlog instead of failing accepts (`Too many
+/// open files`) for everyone, `/health` included.
+fn connection_bound(configured: usize) -> usize {
+    let limit = match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => limit,
+        Err(error) => {
+            tracing::warn!(%error, "cannot read the descriptor limit");
+            return configured;
+        }
+    };
+    let available = limit.saturating_sub(DESCRIPTORS_RESERVED).max(16);
+    let bound = configured.min(usize::try_from(available).unwrap_or(usize::MAX));
+    if bound < configured {
+        tracing::warn!(
+            "server.max_connections {configured} lowered to {bound}: the descriptor limit is {limit}"
+        );
+    }
+    bound
 }
 
 async fn wait_for_signal(shutdown: CancellationToken) {

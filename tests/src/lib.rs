@@ -100,6 +100,19 @@ impl Server {
         Server::launch(command, &cwd.join("turnstile-data"))
     }
 
+    /// Starts the server on `data_dir` with its descriptor limit (soft and hard) set to
+    /// `nofile`, as a machine with a low `ulimit -n` runs it.
+    pub fn start_limited(data_dir: &Path, extra: &[&str], nofile: u64) -> Server {
+        let mut command = Command::new("prlimit");
+        command
+            .arg(format!("--nofile={nofile}:{nofile}"))
+            .arg(turnstile_bin())
+            .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .args(extra);
+        Server::launch(command, data_dir)
+    }
+
     fn launch(mut command: Command, data_dir: &Path) -> Server {
         if !command.get_envs().any(|(key, _)| key == "RUST_LOG") {
             command.env("RUST_LOG", "info");

@@ -40,6 +40,9 @@ pub enum ApiError {
     /// 413: the body is larger than the configured limit.
     #[error("request body is larger than the configured limit (server.max_request_bytes)")]
     PayloadTooLarge,
+    /// 408: the body did not arrive in time.
+    #[error("the request body did not arrive within {0} s (server.body_timeout_s)")]
+    RequestTimeout(f64),
     /// 429: the durable queue is full.
     #[error("{0}")]
     TooManyRequests(String),
@@ -61,6 +64,7 @@ impl ApiError {
             ApiError::Busy { .. } => (StatusCode::CONFLICT, "session_busy"),
             ApiError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "queue_full"),
             ApiError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             ApiError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }

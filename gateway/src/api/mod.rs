@@ -52,6 +52,8 @@ pub struct AppState {
     pub stored_events: Arc<std::collections::HashMap<String, Vec<String>>>,
     /// Request bodies larger than this get 413 (`server.max_request_bytes`).
     pub max_request_bytes: usize,
+    /// A request's body must arrive within this, else 408 (`server.body_timeout_s`).
+    pub body_timeout: std::time::Duration,
 }
 
 /// A run as agno's `RunOutput`, with its stored events when its agent keeps them:
@@ -149,6 +151,14 @@ pub fn router(state: AppState) -> Router {
             require_api_key,
         ))
         .with_state(state)
+}
+
+/// The request's fields, read within the body deadline: a client that sends its body
+/// slowly, or not at all, is answered 408 instead of holding the request forever.
+async fn read_fields(state: &AppState, request: Request) -> Result<Fields, ApiError> {
+    tokio::time::timeout(state.body_timeout, Fields::read(request))
+        .await
+        .map_err(|_| ApiError::RequestTimeout(state.body_timeout.as_secs_f64()))?
 }
 
 /// A body announced larger than the limit is refused from its `Content-Length`, before
@@ -252,7 +262,7 @@ async fn create_run(
     request: Request,
 ) -> Result<Response, ApiError> {
     let agent = find_agent(&state.runtime, &agent_id)?;
-    let fields = Fields::read(request).await?;
+    let fields = read_fields(&state, request).await?;
     let message = fields.required("message")?;
     if message.len() > MESSAGE_BYTES_MAX {
         return Err(ApiError::Unprocessable(format!(
@@ -471,7 +481,7 @@ async fn resume_run(
     request: Request,
 ) -> Result<Response, ApiError> {
     let agent = find_agent(&state.runtime, &agent_id)?;
-    let fields = Fields::read(request).await?;
+    let fields = read_fields(&state, request).await?;
     let not_found = || ApiError::NotFound(format!("Run {run_id} not found"));
     let parsed = RunId::parse(&run_id).map_err(|_| not_found())?;
     let header_index = headers
@@ -580,7 +590,7 @@ async fn continue_run(
     request: Request,
 ) -> Result<Response, ApiError> {
     let agent = find_agent(&state.runtime, &agent_id)?;
-    let fields = Fields::read(request).await?;
+    let fields = read_fields(&state, request).await?;
     let source = find_run(&state, agent, &run_id, fields.text("session_id"))?;
     let continue_from = match fields.text("continue_from").unwrap_or("end") {
         "end" => ContinueFrom::End,
