@@ -866,6 +866,27 @@ impl Handler<StartRunMsg> for SessionActor {
                 content: attachment.bytes.clone(),
             });
         }
+        // The append is queued to the journal here, in the handler, so the journal's
+        // order of `RunQueued` is the order of this queue (issue 13: queued from a
+        // future polled later, 1,000 concurrent starts ran out of journal order).
+        let append =
+            match self
+                .shared
+                .journal
+                .append_in_order(&self.session_id, Expected::Any, events)
+            {
+                Ok(Ok(append)) => append,
+                Ok(Err(_full)) => {
+                    self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+                    return refuse(Refused::QueueFull {
+                        limit: turnstile_journal::limits::APPEND_QUEUE_REQUESTS_MAX,
+                    });
+                }
+                Err(error) => {
+                    self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+                    return Box::pin(fut::ready(Err(RuntimeError::from(error))));
+                }
+            };
         // Queued before the append returns, so that a concurrent start sees the session busy.
         self.queue.push_back(Queued {
             run_id: run_id.clone(),
@@ -873,47 +894,41 @@ impl Handler<StartRunMsg> for SessionActor {
             resume: false,
         });
         let live = self.shared.ensure_live(&run_id).subscribe();
-        let journal = self.shared.journal.clone();
-        let session_id = self.session_id.clone();
         let _ = ctx;
-        Box::pin(
-            async move { journal.append(&session_id, Expected::Any, events).await }
-                .into_actor(self)
-                .map(move |result, actor, ctx| {
-                    let accepted = match result {
-                        Ok(Ok(records)) => records,
-                        failure => {
-                            actor.queue.retain(|queued| queued.run_id != run_id);
-                            actor.shared.queued.fetch_sub(1, Ordering::SeqCst);
-                            actor.shared.remove_live(&run_id);
-                            return Err(match failure {
-                                Err(error) => RuntimeError::from(error),
-                                Ok(Err(conflict)) => RuntimeError::Internal(conflict.to_string()),
-                                Ok(Ok(_)) => unreachable!("handled above"),
-                            });
-                        }
-                    };
-                    actor.apply(&accepted);
-                    if let Some(queued) = actor
-                        .queue
-                        .iter_mut()
-                        .find(|queued| queued.run_id == run_id)
-                    {
-                        queued.durable = true;
-                    }
-                    let from_seq = accepted
-                        .iter()
-                        .find(|record| matches!(record.event, Event::RunQueued { .. }))
-                        .map(|record| record.seq)
-                        .unwrap_or_default();
-                    actor.pump(ctx);
-                    Ok(Ok(Accepted {
-                        run_id,
-                        live,
-                        from_seq,
-                    }))
-                }),
-        )
+        Box::pin(append.into_actor(self).map(move |result, actor, ctx| {
+            let accepted = match result {
+                Ok(Ok(records)) => records,
+                failure => {
+                    actor.queue.retain(|queued| queued.run_id != run_id);
+                    actor.shared.queued.fetch_sub(1, Ordering::SeqCst);
+                    actor.shared.remove_live(&run_id);
+                    return Err(match failure {
+                        Err(error) => RuntimeError::from(error),
+                        Ok(Err(conflict)) => RuntimeError::Internal(conflict.to_string()),
+                        Ok(Ok(_)) => unreachable!("handled above"),
+                    });
+                }
+            };
+            actor.apply(&accepted);
+            if let Some(queued) = actor
+                .queue
+                .iter_mut()
+                .find(|queued| queued.run_id == run_id)
+            {
+                queued.durable = true;
+            }
+            let from_seq = accepted
+                .iter()
+                .find(|record| matches!(record.event, Event::RunQueued { .. }))
+                .map(|record| record.seq)
+                .unwrap_or_default();
+            actor.pump(ctx);
+            Ok(Ok(Accepted {
+                run_id,
+                live,
+                from_seq,
+            }))
+        }))
     }
 }
 

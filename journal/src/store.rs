@@ -98,6 +98,15 @@ pub struct Conflict {
     pub actual: Seq,
 }
 
+/// [`Journal::append_in_order`] found the append queue full: an expected outcome of
+/// overload, not a fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the journal's append queue is full ({} requests waiting)",
+    limits::APPEND_QUEUE_REQUESTS_MAX
+)]
+pub struct AppendQueueFull;
+
 /// Options passed to sled explicitly, so a version bump cannot move them.
 #[derive(Debug, Clone)]
 pub struct JournalOptions {
@@ -602,6 +611,29 @@ impl Journal {
             .await
             .map_err(|_| Error::Stopped)?;
         answer.await.map_err(|_| Error::Stopped)?
+    }
+
+    /// [`Journal::append`], but the request is queued before this returns, so appends
+    /// made one after the other (by one actor, say) are journaled in that order,
+    /// whenever their futures are polled. With the append queue full
+    /// ([`limits::APPEND_QUEUE_REQUESTS_MAX`] requests waiting) the append is refused
+    /// rather than queued out of order.
+    pub fn append_in_order(
+        &self,
+        session_id: &SessionId,
+        expected: Expected,
+        events: Vec<Event>,
+    ) -> Result<
+        Result<impl std::future::Future<Output = AppendResult> + Send + 'static, AppendQueueFull>,
+        Error,
+    > {
+        let (request, answer) =
+            Request::new(session_id, expected, events, self.inner.max_event_bytes)?;
+        match self.sender()?.try_send(request) {
+            Ok(()) => Ok(Ok(async move { answer.await.map_err(|_| Error::Stopped)? })),
+            Err(mpsc::error::TrySendError::Full(_)) => Ok(Err(AppendQueueFull)),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(Error::Stopped),
+        }
     }
 
     /// [`Journal::append`] for threads outside an async runtime.
