@@ -40,11 +40,26 @@ impl CliProcess {
         seen: HashSet<String>,
         harness_session_id: String,
     ) -> Result<CliProcess, HarnessError> {
+        // The wrapper would start even when the CLI cannot: say so as spawning would.
+        if !runnable(command.as_std().get_program()) {
+            return Err(HarnessError::Failed {
+                kind: ErrorKind::InvalidRequest,
+                message: format!("cannot start {}: no such executable file", bin.display()),
+            });
+        }
+        let mut command = match guarded(&command) {
+            Some(guarded) => guarded,
+            None => {
+                // Without the wrapper's tools the CLI still leads a process group of its
+                // own (cancel and shutdown kill it), but it would outlive a killed server.
+                command.process_group(0);
+                command
+            }
+        };
         command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
             .kill_on_drop(true);
         let mut child = command.spawn().map_err(|error| HarnessError::Failed {
             kind: ErrorKind::InvalidRequest,
@@ -105,6 +120,89 @@ impl Drop for CliProcess {
             self.kill();
         }
     }
+}
+
+/// Whether `program` names an executable file: a path, or a name found on `PATH`.
+fn runnable(program: &std::ffi::OsStr) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |path: &std::path::Path| {
+        std::fs::metadata(path)
+            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+    };
+    let path = std::path::Path::new(program);
+    if path.components().count() > 1 {
+        return executable(path);
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|dirs| std::env::split_paths(&dirs).any(|dir| executable(&dir.join(path))))
+}
+
+/// Runs in the CLI's place: starts the watchdog, then becomes the CLI (`exec`, same
+/// pid), which keeps the parent-death signal `setpriv` gave it: SIGKILL when the
+/// turnstile thread that started it dies, a SIGKILLed server included (issue 13).
+const WRAPPER: &str = r#"token=$1; watchdog=$2; shift 2
+setpriv --pdeathsig TERM -- env -i PATH="$PATH" sh -c "$watchdog" watchdog "$token" </dev/null >/dev/null 2>&1 &
+exec "$@""#;
+
+/// The watchdog: a child of the CLI with SIGTERM as its parent-death signal, so when
+/// the CLI dies, however it dies, it kills every process that carries the CLI's token in
+/// its environment: the commands its tools started, whatever process group or session
+/// they moved to. It carries no token (nor the CLI's secrets) itself.
+const WATCHDOG: &str = r#"trap 'kill "$sleeper" 2>/dev/null; for p in /proc/[0-9]*; do if grep -qz "^TURNSTILE_CLI=$1\$" "$p/environ" 2>/dev/null; then kill -KILL "${p#/proc/}" 2>/dev/null; fi; done; exit 0' TERM
+while :; do sleep 3600 & sleeper=$!; wait "$sleeper"; done"#;
+
+/// `command` wrapped so that the CLI dies with the server and its tools' processes die
+/// with the CLI: `setpriv --pdeathsig KILL -- setsid sh -c WRAPPER …` (the session
+/// leader is the CLI itself, so killing its group still kills it). `None` where the
+/// tools (`setpriv`, `setsid`, util-linux) are missing.
+fn guarded(command: &tokio::process::Command) -> Option<tokio::process::Command> {
+    static TOOLS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let available = *TOOLS.get_or_init(|| {
+        let found = ["setpriv", "setsid", "grep"].iter().all(|tool| {
+            std::process::Command::new(tool)
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok()
+        });
+        if !found {
+            tracing::warn!("setpriv or setsid not found: a CLI would outlive a killed server");
+        }
+        found
+    });
+    if !available {
+        return None;
+    }
+    let inner = command.as_std();
+    let token = uuid::Uuid::now_v7().simple().to_string();
+    let mut guarded = tokio::process::Command::new("setpriv");
+    guarded
+        .args([
+            "--pdeathsig",
+            "KILL",
+            "--",
+            "setsid",
+            "sh",
+            "-c",
+            WRAPPER,
+            "sh",
+        ])
+        .arg(&token)
+        .arg(WATCHDOG)
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    for (key, value) in inner.get_envs() {
+        match value {
+            Some(value) => guarded.env(key, value),
+            None => guarded.env_remove(key),
+        };
+    }
+    if let Some(dir) = inner.get_current_dir() {
+        guarded.current_dir(dir);
+    }
+    guarded.env("TURNSTILE_CLI", token);
+    Some(guarded)
 }
 
 /// Kills a CLI, its process group and every process it started (tools run commands in
