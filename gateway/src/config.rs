@@ -102,9 +102,10 @@ pub struct AgentConfig {
     /// Keep staged uploads after the run.
     #[serde(default)]
     pub keep_uploads: bool,
-    /// List a streamed run's events on the run (agno's `store_events`; the journal
-    /// keeps every event regardless).
-    #[serde(default)]
+    /// List a streamed run's events on the run (agno's `store_events`, which AgentOS
+    /// turns on for external agents: default on; the journal keeps every event
+    /// regardless).
+    #[serde(default = "yes")]
     pub store_events: bool,
     /// Event types such a list leaves out (agno's `events_to_skip`; default `RunContent`).
     pub events_to_skip: Option<Vec<String>>,
@@ -112,6 +113,10 @@ pub struct AgentConfig {
     /// there, by name.
     #[serde(flatten)]
     pub harness: HarnessConfig,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn one() -> f64 {
@@ -128,7 +133,7 @@ fn default_agents() -> Vec<AgentConfig> {
         delay_between_retries_s: 1.0,
         exponential_backoff: false,
         keep_uploads: false,
-        store_events: false,
+        store_events: true,
         events_to_skip: None,
         harness: HarnessConfig::default(),
     }]

@@ -133,6 +133,8 @@ pub struct RunView {
     pub metrics: Option<String>,
     /// Error class and message of a failed run.
     pub error: Option<(String, String)>,
+    /// Whether the failure was of a retryable class (agno's `retryable`).
+    pub retryable: bool,
     /// Attempts started.
     pub attempts: u32,
     /// Client-visible events recorded (= next event index).
@@ -219,6 +221,43 @@ pub struct SessionMetrics {
     pub cost: Option<f64>,
     /// Completed runs counted.
     pub runs: u64,
+    /// Per model, the runs' `details.model` entries summed (agno's
+    /// `accumulate_from_run`): `{"model": [{id, provider, input_tokens, …}]}`.
+    pub details: ModelDetails,
+}
+
+/// The per-model totals of a session's runs.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct ModelDetails {
+    /// One entry per model id and provider, in the order first seen.
+    pub model: Vec<serde_json::Map<String, serde_json::Value>>,
+}
+
+impl ModelDetails {
+    /// Adds one run's entry: numbers are summed, a cost only once some run had one.
+    fn add(&mut self, entry: &serde_json::Map<String, serde_json::Value>) {
+        let key = |e: &serde_json::Map<String, serde_json::Value>| {
+            (e.get("id").cloned(), e.get("provider").cloned())
+        };
+        let Some(total) = self.model.iter_mut().find(|total| key(total) == key(entry)) else {
+            self.model.push(entry.clone());
+            return;
+        };
+        for (name, value) in entry {
+            let sum = match (total.get(name), value) {
+                (_, serde_json::Value::Null) => continue,
+                (Some(before), added) if before.is_u64() && added.is_u64() => {
+                    serde_json::json!(before.as_u64().unwrap_or(0) + added.as_u64().unwrap_or(0))
+                }
+                (Some(before), added) if added.is_number() => serde_json::json!(
+                    before.as_f64().unwrap_or(0.0) + added.as_f64().unwrap_or(0.0)
+                ),
+                (None, added) if added.is_number() => added.clone(),
+                _ => continue,
+            };
+            total.insert(name.clone(), sum);
+        }
+    }
 }
 
 impl SessionMetrics {
@@ -235,6 +274,11 @@ impl SessionMetrics {
         self.reasoning_tokens += tokens("reasoning_tokens");
         if let Some(cost) = value["cost"].as_f64() {
             self.cost = Some(self.cost.unwrap_or(0.0) + cost);
+        }
+        for entry in value["details"]["model"].as_array().into_iter().flatten() {
+            if let Some(entry) = entry.as_object() {
+                self.details.add(entry);
+            }
         }
         self.runs += 1;
     }
@@ -354,6 +398,7 @@ impl SessionState {
                     model_provider: None,
                     metrics: None,
                     error: None,
+                    retryable: false,
                     attempts: 0,
                     event_count: 0,
                     queued_seq: record.seq,
@@ -494,11 +539,13 @@ impl SessionState {
             Event::RunFailed {
                 error_type,
                 message,
+                retryable,
                 ..
             } => {
                 run.status = RunStatus::Error;
                 run.content = message.clone();
                 run.error = Some((error_type.clone(), message.clone()));
+                run.retryable = *retryable;
                 run.transcript_end = current_lines;
             }
             Event::RunCancelled { reason, .. } => {

@@ -28,7 +28,11 @@ async fn a_killed_server_takes_its_cli_and_the_clis_tools_with_it_13() {
     let warm = post_form_json(
         &server,
         "/agents/claude/runs",
-        &[("message", "@reply warm"), ("session_id", "warm"), ("stream", "false")],
+        &[
+            ("message", "@reply warm"),
+            ("session_id", "warm"),
+            ("stream", "false"),
+        ],
     )
     .await;
     assert_eq!(warm["status"], "COMPLETED", "{warm}");
@@ -49,10 +53,14 @@ async fn a_killed_server_takes_its_cli_and_the_clis_tools_with_it_13() {
     assert!(cli_pids(&data).len() >= 2, "a warm CLI and a busy one");
 
     server.kill();
-    wait_until("no CLI outlives the killed server", Duration::from_secs(5), || {
-        cli_pids(&data).is_empty()
-    });
-    wait_until("the tool's command dies too", Duration::from_secs(5), || {
-        processes_running("sleep 41.75") == 0
-    });
+    wait_until(
+        "no CLI outlives the killed server",
+        Duration::from_secs(5),
+        || cli_pids(&data).is_empty(),
+    );
+    wait_until(
+        "the tool's command dies too",
+        Duration::from_secs(5),
+        || processes_running("sleep 41.75") == 0,
+    );
 }

@@ -450,6 +450,32 @@ async fn hostile_requests_get_a_clear_4xx_and_change_nothing() {
             None,
             422,
         ),
+        // Issue 13, defect 10: malformed audio or video is 422 before the 400 of a
+        // well-formed one, also next to a well-formed one.
+        (
+            "POST",
+            runs.into(),
+            "application/x-www-form-urlencoded",
+            "message=x&audio=%7B%22url%22%3A%22a.mp3%22%7D".into(),
+            None,
+            422,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "application/x-www-form-urlencoded",
+            "message=x&videos=%5B1%5D&audio=%5B%7B%22url%22%3A%22a.mp3%22%7D%5D".into(),
+            None,
+            422,
+        ),
+        (
+            "POST",
+            runs.into(),
+            "application/x-www-form-urlencoded",
+            "message=x&audio=%5B%7B%22url%22%3A%22a.mp3%22%7D%5D&output_schema=%7B%22type%22%3A%22string%22%7D".into(),
+            None,
+            422,
+        ),
         // Issue 13, defect 9.
         (
             "POST",

@@ -20,6 +20,11 @@ events_to_skip = []
 [[agents]]
 id = "plain"
 harness = "scripted"
+store_events = false
+
+[[agents]]
+id = "default"
+harness = "scripted"
 "#;
 
 async fn streamed_run(server: &Server, agent: &str) -> Value {
@@ -72,6 +77,9 @@ async fn stored_events_follow_store_events_and_events_to_skip() {
     assert!(kinds(&everything).contains(&"RunContent".to_owned()));
     let plain = streamed_run(&server, "plain").await;
     assert!(plain.get("events").is_none(), "{plain}");
+    // Issue 13, defect 10: on by default, as AgentOS sets it for external agents.
+    let default = streamed_run(&server, "default").await;
+    assert_eq!(kinds(&default), kinds(&kept), "{default}");
     let quiet: Value = client()
         .post(server.url("/agents/keeper/runs"))
         .form(&[("message", "/tool Read {}"), ("stream", "false")])

@@ -103,6 +103,8 @@ async fn schemas_are_checked_on_entry() {
         "{not json",
         r#"{"type": "object", "properties": {"a": {"type": "bogus"}}}"#,
         "[]",
+        // Issue 13, defect 10: a root without `"type": "object"`, as agno refuses it.
+        r#"{"properties": {"a": {"type": "string"}}}"#,
     ] {
         let response = run(&server, "hi", bad, "false").await;
         assert_eq!(response.status(), 422, "{bad}");

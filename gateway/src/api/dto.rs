@@ -62,6 +62,7 @@ pub fn run_output(run: &RunView, agent_name: &str) -> Value {
     }
     if let Some((error_type, _)) = &run.error {
         metadata["error_type"] = json!(error_type);
+        metadata["retryable"] = json!(run.retryable);
     }
     json!({
         "run_id": run.run_id,

@@ -281,19 +281,30 @@ async fn create_run(
     let user_id = fields
         .bounded("user_id", USER_ID_BYTES_MAX)?
         .map(str::to_owned);
+    // Every malformed field is 422 before any well-formed but unsupported one is 400.
+    let mut unsupported = None;
     for kind in ["audio", "videos"] {
-        if fields
-            .json(kind)?
-            .is_some_and(|value| value.as_array().is_none_or(|items| !items.is_empty()))
-        {
-            return Err(ApiError::BadRequest(format!(
-                "{kind} is not supported by the {} harness",
-                agent.harness.info().sdk
-            )));
+        let Some(value) = fields.json(kind)? else {
+            continue;
+        };
+        let items = value
+            .as_array()
+            .filter(|items| items.iter().all(serde_json::Value::is_object))
+            .ok_or_else(|| {
+                ApiError::Unprocessable(format!("{kind} must be a JSON array of objects"))
+            })?;
+        if !items.is_empty() && unsupported.is_none() {
+            unsupported = Some(kind);
         }
     }
-    let attachments = attachments::parse(&fields)?;
     let output_schema = output_schema(&fields)?;
+    let attachments = attachments::parse(&fields)?;
+    if let Some(kind) = unsupported {
+        return Err(ApiError::BadRequest(format!(
+            "{kind} is not supported by the {} harness",
+            agent.harness.info().sdk
+        )));
+    }
     let multitask = match fields.text("multitask_strategy") {
         None | Some("reject") if !background => Multitask::Reject,
         None | Some("reject") | Some("enqueue") => Multitask::Enqueue,
@@ -421,8 +432,8 @@ fn output_schema(fields: &Fields) -> Result<Option<serde_json::Value>, ApiError>
     let Some(schema) = fields.json("output_schema")? else {
         return Ok(None);
     };
-    let is_object_schema =
-        schema.is_object() && (schema["type"] == "object" || schema.get("properties").is_some());
+    // agno 3.1.10 refuses a root that does not say `"type": "object"` (issue 13).
+    let is_object_schema = schema.is_object() && schema["type"] == "object";
     if !is_object_schema {
         return Err(ApiError::Unprocessable(
             "output_schema must be a JSON Schema whose root is an object (\"type\": \"object\")"
