@@ -268,6 +268,15 @@ pub fn turnstile_in_ok(cwd: &Path, args: &[&str]) -> String {
         .args(args)
         .output()
         .expect("run turnstile");
+    ok_stdout(args, out)
+}
+
+/// Runs `turnstile ARGS`, fails the test unless it exits 0, and returns its stdout.
+pub fn turnstile_ok(args: &[&str]) -> String {
+    ok_stdout(args, turnstile(args))
+}
+
+fn ok_stdout(args: &[&str], out: Output) -> String {
     let stdout = lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -277,16 +286,31 @@ pub fn turnstile_in_ok(cwd: &Path, args: &[&str]) -> String {
     stdout
 }
 
-/// Runs `turnstile ARGS`, fails the test unless it exits 0, and returns its stdout.
-pub fn turnstile_ok(args: &[&str]) -> String {
-    let out = turnstile(args);
-    let stdout = lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "turnstile {args:?} failed: {stdout}{}",
-        lossy(&out.stderr)
-    );
-    stdout
+/// Polls `done` every 50 ms; fails the test naming `what` if it is not true within
+/// `within`.
+pub fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits (at most 20 s) until the server reports `count` passivated sessions.
+pub async fn wait_until_passivated(server: &Server, count: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let expected = format!("turnstile_sessions_passivated {count}");
+    loop {
+        let text = get_text(server, "/metrics/prometheus").await;
+        if text.contains(&expected) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sessions never passivated: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// Writes a configuration file with one scripted agent; `server` and `agent` are extra

@@ -11,6 +11,7 @@ use turnstile_tests::claude::{claude_bin, claude_config, cli_pids, processes_run
 use turnstile_tests::fake_anthropic::FakeAnthropic;
 use turnstile_tests::{
     Server, event_types, get_json, http_client as client, parse_sse, post_form_json, turnstile_ok,
+    wait_until_passivated,
 };
 
 async fn run(server: &Server, session: &str, message: &str) -> Value {
@@ -68,12 +69,8 @@ fn journaled_lines(events: &[Value]) -> Vec<String> {
     lines
 }
 
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+fn wait_until(what: &str, done: impl FnMut() -> bool) {
+    turnstile_tests::wait_until(what, Duration::from_secs(20), done);
 }
 
 #[tokio::test]
@@ -275,25 +272,7 @@ async fn a_session_resumes_after_restart_passivation_and_on_another_server() {
     }
 
     // After passivation (idle 1 s; actors check every 5 s) the next turn resumes too.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = client()
-            .get(server.url("/metrics/prometheus"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        if text.contains("turnstile_sessions_passivated 1") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the session never passivated: {text}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    wait_until_passivated(&server, 1).await;
     let third = run(&server, "s", "after passivation\n@reply third answer").await;
     assert_eq!(third["status"], "COMPLETED", "{third}");
     let seen = seen_by_model(&fake, "after passivation");

@@ -5,12 +5,11 @@
 //! `./workspace`, so the transcript turnstile restored was not the one the CLI read.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use turnstile_tests::claude::claude_bin;
 use turnstile_tests::fake_anthropic::FakeAnthropic;
-use turnstile_tests::{Server, http_client as client, post_form_json, turnstile_in_ok};
+use turnstile_tests::{Server, post_form_json, turnstile_in_ok, wait_until_passivated};
 
 async fn run(server: &Server, message: &str) -> Value {
     let form = [
@@ -23,25 +22,6 @@ async fn run(server: &Server, message: &str) -> Value {
 
 fn seen_by_model(fake: &FakeAnthropic, marker: &str) -> String {
     fake.last_request_with(marker).conversation_text()
-}
-
-async fn wait_until_passivated(server: &Server) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = client()
-            .get(server.url("/metrics/prometheus"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        if text.contains("turnstile_sessions_passivated 1") {
-            return;
-        }
-        assert!(Instant::now() < deadline, "never passivated: {text}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 /// The README's `[[agents]]` table with the CLI under `./node_modules` of `dir`.
@@ -110,7 +90,7 @@ async fn relative_paths_of_the_readme_config_keep_the_claude_session_13() {
     }
 
     // Passivation.
-    wait_until_passivated(&server).await;
+    wait_until_passivated(&server, 1).await;
     let third = run(&server, "after passivation\n@reply third answer").await;
     assert_eq!(third["status"], "COMPLETED", "{third}");
     assert!(seen_by_model(&fake, "after passivation").contains("second answer"));

@@ -2,19 +2,11 @@
 //! command the CLI's tool started) running, so after a restart the same turn could run
 //! twice. Every CLI, and every process it started, dies with the server.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use turnstile_tests::claude::{claude_bin, claude_config, cli_pids, processes_running};
 use turnstile_tests::fake_anthropic::FakeAnthropic;
-use turnstile_tests::{Server, post_form_json};
-
-fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use turnstile_tests::{Server, post_form_json, wait_until};
 
 #[tokio::test]
 async fn a_killed_server_takes_its_cli_and_the_clis_tools_with_it_13() {
