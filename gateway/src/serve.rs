@@ -19,6 +19,20 @@ use crate::listen::ListenOptions;
 
 /// Runs the server until a shutdown signal.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
+    // Auth is on when the configured environment variable holds a key; checked before
+    // anything is opened, so a refused start leaves no data directory behind.
+    let api_key = match std::env::var(&config.server.api_key_env) {
+        // Set but empty is a mistake, not a wish to run without auth (issue 13).
+        Ok(key) if key.is_empty() => anyhow::bail!(
+            "{} is set but empty: set it to the API key, or unset it to run without auth",
+            config.server.api_key_env
+        ),
+        Ok(key) => Some(key.into()),
+        Err(_) => None,
+    };
+    if api_key.is_some() {
+        tracing::info!("API key auth is on ({} is set)", config.server.api_key_env);
+    }
     let agents = config.agent_specs()?;
     let data_dir: PathBuf = config.server.data_dir.clone();
     let arbiters = std::thread::available_parallelism()
@@ -49,19 +63,6 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         shutdown: shutdown.clone(),
         keepalive: std::time::Duration::from_secs_f64(config.server.sse_keepalive_s),
     };
-    // Auth is on when the configured environment variable holds a key.
-    let api_key = match std::env::var(&config.server.api_key_env) {
-        // Set but empty is a mistake, not a wish to run without auth (issue 13).
-        Ok(key) if key.is_empty() => anyhow::bail!(
-            "{} is set but empty: set it to the API key, or unset it to run without auth",
-            config.server.api_key_env
-        ),
-        Ok(key) => Some(key.into()),
-        Err(_) => None,
-    };
-    if api_key.is_some() {
-        tracing::info!("API key auth is on ({} is set)", config.server.api_key_env);
-    }
     let stored_events = std::sync::Arc::new(config.stored_events());
     let app = router(AppState {
         runtime: runtime.clone(),

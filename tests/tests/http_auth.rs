@@ -85,6 +85,10 @@ fn an_empty_key_variable_refuses_to_start_naming_it_13() {
         stderr.contains("TURNSTILE_API_KEY is set but empty"),
         "{stderr}"
     );
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "a refused start wrote into the data directory"
+    );
 }
 
 /// Issue 13, defect 9: the scheme is case-insensitive (RFC 9110 §11.1).
