@@ -233,7 +233,12 @@ impl SessionActor {
                 self.store_projection(&format!("run/{}", run.run_id), &summary);
             }
         }
-        if turning_point {
+        // While a run is in flight its task journals events this state has not folded
+        // yet (they are applied when it ends): a session summary stored now would be
+        // "as of" a sequence whose fold includes them, and `journal rebuild` would call
+        // it a difference (issue 12: a stop with one run in flight and one queued). The
+        // run's end stores it again, complete.
+        if turning_point && self.in_flight.is_none() {
             self.store_projection(
                 &format!("session/{}", self.session_id),
                 &self.state.session_summary(),
