@@ -25,11 +25,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt as _;
-
-/// How often a connection checks its deadlines.
-const WATCH_EVERY: Duration = Duration::from_millis(250);
-/// How long shutdown waits for open connections to finish their requests.
-const SHUTDOWN_CONNECTIONS_WAIT: Duration = Duration::from_secs(10);
+use turnstile_journal::limits::{CONNECTION_WATCH_MS, SHUTDOWN_CONNECTIONS_WAIT_MS};
 
 /// The connection bounds (`[server]` of the configuration).
 #[derive(Debug, Clone, Copy)]
@@ -100,9 +96,12 @@ pub async fn serve(
         });
     }
     connections.close();
-    if tokio::time::timeout(SHUTDOWN_CONNECTIONS_WAIT, connections.wait())
-        .await
-        .is_err()
+    if tokio::time::timeout(
+        Duration::from_millis(SHUTDOWN_CONNECTIONS_WAIT_MS),
+        connections.wait(),
+    )
+    .await
+    .is_err()
     {
         tracing::warn!("connections still open at shutdown are closed");
     }
@@ -150,7 +149,7 @@ async fn connection(
     builder.keep_alive(true).header_read_timeout(None);
     let conn = builder.serve_connection(io, service);
     let mut conn = std::pin::pin!(conn);
-    let mut watch = tokio::time::interval(WATCH_EVERY);
+    let mut watch = tokio::time::interval(Duration::from_millis(CONNECTION_WATCH_MS));
     let mut closing = false;
     loop {
         tokio::select! {

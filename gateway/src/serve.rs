@@ -89,10 +89,6 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Descriptors kept for everything but connections: the journal's files, CLI pipes,
-/// transcript files.
-const DESCRIPTORS_RESERVED: u64 = 256;
-
 /// Raises the descriptor limit to its hard limit and bounds the connections by it, so a
 /// flood of connections waits in the backlog instead of failing accepts (`Too many
 /// open files`) for everyone, `/health` included.
@@ -104,7 +100,9 @@ fn connection_bound(configured: usize) -> usize {
             return configured;
         }
     };
-    let available = limit.saturating_sub(DESCRIPTORS_RESERVED).max(16);
+    let available = limit
+        .saturating_sub(turnstile_journal::limits::DESCRIPTORS_RESERVED)
+        .max(16);
     let bound = configured.min(usize::try_from(available).unwrap_or(usize::MAX));
     if bound < configured {
         tracing::warn!(

@@ -75,5 +75,14 @@ pub const ATTACHMENT_BYTES_MAX: usize = 3 * 1024 * 1024;
 pub const IDEMPOTENCY_KEY_BYTES_MAX: usize = 256;
 /// Message text of one run, in bytes.
 pub const MESSAGE_BYTES_MAX: usize = 1024 * 1024;
+/// How often a connection checks its header and idle deadlines, in milliseconds.
+pub const CONNECTION_WATCH_MS: u64 = 250;
+/// How long shutdown waits for open connections to finish their requests, in milliseconds.
+pub const SHUTDOWN_CONNECTIONS_WAIT_MS: u64 = 10_000;
+/// File descriptors kept for everything but connections (the journal's files, CLI
+/// pipes, transcript files): `max_connections` is capped at the limit less these.
+pub const DESCRIPTORS_RESERVED: u64 = 256;
+/// Lines of a CLI's stderr kept for its error messages.
+pub const CLI_STDERR_LINES_KEPT: usize = 20;
 /// How long shutdown waits for running turns to end before leaving them to recovery, in milliseconds.
 pub const SHUTDOWN_DRAIN_MS: u64 = 5_000;

@@ -5,7 +5,7 @@
 
 mod common;
 
-use turnstile_journal::portable::{ExportedRecord, import};
+use turnstile_journal::portable::import;
 use turnstile_journal::{
     Event, EventIndex, Expected, Journal, JournalOptions, JournalPos, RunId, Seq, SessionId,
 };
@@ -25,13 +25,6 @@ fn wire(index: u64, bytes: usize) -> Event {
         event_type: "RunCompleted".into(),
         data: format!("{{\"content\":\"{}\"}}", "z".repeat(bytes)),
     }
-}
-
-fn export(journal: &Journal) -> String {
-    journal
-        .read_from(JournalPos(0))
-        .map(|record| ExportedRecord::from_recorded(&record.unwrap()).to_line() + "\n")
-        .collect()
 }
 
 #[test]
@@ -94,7 +87,7 @@ fn events_larger_than_a_record_are_journaled_whole_and_read_back_as_one_13() {
     assert_eq!(small.next_pos(), JournalPos(0));
 
     // Export shows each event whole; an import builds the same journal, byte for byte.
-    let exported = export(&journal);
+    let exported = common::export(&journal);
     assert_eq!(exported.lines().count(), 3);
     assert!(!exported.contains("StoredApart"));
     journal.close().unwrap();
@@ -105,7 +98,7 @@ fn events_larger_than_a_record_are_journaled_whole_and_read_back_as_one_13() {
         .unwrap();
     let imported = Journal::open(target.path(), JournalOptions::default()).unwrap();
     assert_eq!(imported.verify(|_| ()).unwrap().unwrap().events, 3);
-    assert_eq!(export(&imported), exported);
+    assert_eq!(common::export(&imported), exported);
     imported.close().unwrap();
 }
 

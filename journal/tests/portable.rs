@@ -3,9 +3,9 @@
 
 mod common;
 
-use turnstile_journal::portable::{ExportedRecord, import};
+use turnstile_journal::portable::import;
 use turnstile_journal::{
-    Event, EventIndex, Expected, Journal, JournalOptions, JournalPos, RunId, Seq, SessionId,
+    Event, EventIndex, Expected, Journal, JournalOptions, RunId, Seq, SessionId,
 };
 
 fn big_event(n: u64) -> Event {
@@ -16,13 +16,6 @@ fn big_event(n: u64) -> Event {
         // A large tool result: a few of them fill a segment.
         data: format!("{n}:{}", "y".repeat(300 * 1024)),
     }
-}
-
-fn export(journal: &Journal) -> String {
-    journal
-        .read_from(JournalPos(0))
-        .map(|record| ExportedRecord::from_recorded(&record.unwrap()).to_line() + "\n")
-        .collect()
 }
 
 #[test]
@@ -36,7 +29,7 @@ fn an_import_of_large_records_reads_verifies_and_exports_the_same() {
             .unwrap()
             .unwrap();
     }
-    let exported = export(&journal);
+    let exported = common::export(&journal);
     journal.close().unwrap();
 
     let target = tempfile::tempdir().unwrap();
@@ -58,5 +51,5 @@ fn an_import_of_large_records_reads_verifies_and_exports_the_same() {
         .map(|record| record.unwrap().pos.0)
         .collect();
     assert_eq!(a, vec![0, 3, 6, 9]);
-    assert_eq!(export(&imported), exported);
+    assert_eq!(common::export(&imported), exported);
 }

@@ -216,28 +216,14 @@ fn form_pairs(body: &[u8]) -> Result<Vec<(String, String)>, ApiError> {
 }
 
 /// Decodes one urlencoded name or value: `+` is a space, `%XX` a byte (a `%` without
-/// two hex digits stands for itself, as browsers and `serde_urlencoded` read it).
+/// two hex digits stands for itself), and the bytes must be UTF-8.
 fn form_decode(text: &[u8]) -> Result<String, ApiError> {
-    let hex = |byte: u8| (byte as char).to_digit(16).map(|digit| digit as u8);
-    let mut bytes = Vec::with_capacity(text.len());
-    let mut at = 0;
-    while at < text.len() {
-        match text[at] {
-            b'+' => bytes.push(b' '),
-            b'%' => match (
-                text.get(at + 1).and_then(|b| hex(*b)),
-                text.get(at + 2).and_then(|b| hex(*b)),
-            ) {
-                (Some(high), Some(low)) => {
-                    bytes.push(high * 16 + low);
-                    at += 2;
-                }
-                _ => bytes.push(b'%'),
-            },
-            byte => bytes.push(byte),
-        }
-        at += 1;
-    }
-    String::from_utf8(bytes)
+    let spaced: Vec<u8> = text
+        .iter()
+        .map(|byte| if *byte == b'+' { b' ' } else { *byte })
+        .collect();
+    percent_encoding::percent_decode(&spaced)
+        .decode_utf8()
+        .map(|text| text.into_owned())
         .map_err(|_| ApiError::Unprocessable("a form field name is not valid UTF-8".into()))
 }

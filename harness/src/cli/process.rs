@@ -11,11 +11,10 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
+use turnstile_journal::limits::CLI_STDERR_LINES_KEPT;
+
 use super::transcript::TranscriptTail;
 use crate::{ErrorKind, HarnessError};
-
-/// Lines of a CLI's stderr kept for error messages.
-const STDERR_LINES_KEPT: usize = 20;
 
 /// One running CLI and the transcript file it writes.
 pub(crate) struct CliProcess {
@@ -79,7 +78,7 @@ impl CliProcess {
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 let mut tail = sink.lock().unwrap_or_else(|e| e.into_inner());
-                if tail.len() == STDERR_LINES_KEPT {
+                if tail.len() == CLI_STDERR_LINES_KEPT {
                     tail.pop_front();
                 }
                 tail.push_back(line);

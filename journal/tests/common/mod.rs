@@ -1,5 +1,5 @@
 //! What the journal's tests share: opening a journal's sled directly, the way a tool
-//! or an attacker underneath it would.
+//! or an attacker underneath it would, and a whole journal as export lines.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -22,4 +22,16 @@ pub fn open_sled(dir: &Path) -> sled::Db {
             Err(error) => panic!("{error}"),
         }
     }
+}
+
+/// The whole journal as export lines, in journal order.
+#[allow(dead_code)] // not every test file that shares this module exports
+pub fn export(journal: &turnstile_journal::Journal) -> String {
+    journal
+        .read_from(turnstile_journal::JournalPos(0))
+        .map(|record| {
+            turnstile_journal::portable::ExportedRecord::from_recorded(&record.unwrap()).to_line()
+                + "\n"
+        })
+        .collect()
 }
