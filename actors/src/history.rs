@@ -7,7 +7,7 @@
 //! `[earlier history omitted]`. The branch follows fork lineage: a continuation's
 //! past is its source run up to the continuation point, never the abandoned turns.
 
-use turnstile_projections::{RunView, SessionState};
+use turnstile_projections::RunView;
 
 /// Longest tool result kept whole, in characters.
 pub const TOOL_RESULT_CHARS_MAX: usize = 2_000;
@@ -118,56 +118,77 @@ fn run_entries(run: &RunView, until: Option<u32>) -> Vec<HistoryEntry> {
     entries
 }
 
-/// The runs of the session's current branch before run `current`, oldest first.
-pub fn branch_runs<'a>(
-    state: &'a SessionState,
-    current: &turnstile_journal::RunId,
-) -> Vec<&'a RunView> {
-    branch_chain(state, current)
-        .into_iter()
-        .map(|(index, _)| &state.runs[index])
-        .collect()
+/// Walks the session's current branch back from run `current` (excluded): each earlier
+/// run, newest first, with the message boundary a continuation kept of it. A
+/// continuation's predecessor is its source up to the continuation point; any other
+/// run's is the run queued before it. Runs are read with `load` (their stored forms), one
+/// at a time, so a walk costs the runs it visits.
+pub struct BranchWalk<F> {
+    load: F,
+    next: Option<(turnstile_journal::RunId, Option<u32>)>,
+    steps: usize,
 }
 
-/// The history of the session's current branch before run `current` (excluded).
+/// Most runs a walk visits (a guard against a lineage that loops).
+const BRANCH_STEPS_MAX: usize = 1_000_000;
+
+fn predecessor(run: &RunView) -> Option<(turnstile_journal::RunId, Option<u32>)> {
+    match &run.fork {
+        Some(fork) => Some((fork.from_run_id.clone(), Some(fork.message_index))),
+        None => run.previous_run.clone().map(|id| (id, None)),
+    }
+}
+
+/// The walk back from `current`.
+pub fn branch_walk<F>(load: F, current: &RunView) -> BranchWalk<F>
+where
+    F: FnMut(&turnstile_journal::RunId) -> Option<RunView>,
+{
+    BranchWalk {
+        load,
+        next: predecessor(current),
+        steps: 0,
+    }
+}
+
+impl<F> Iterator for BranchWalk<F>
+where
+    F: FnMut(&turnstile_journal::RunId) -> Option<RunView>,
+{
+    type Item = (RunView, Option<u32>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (run_id, until) = self.next.take()?;
+        self.steps += 1;
+        if self.steps > BRANCH_STEPS_MAX {
+            return None;
+        }
+        let run = (self.load)(&run_id)?;
+        self.next = predecessor(&run);
+        Some((run, until))
+    }
+}
+
+/// The history of the session's current branch before run `current` (excluded),
+/// oldest first: as much of it as the prompt's budget can hold, and one run more, so
+/// [`render_prompt`] marks what it leaves out. Runs are read one at a time, newest
+/// first, so the cost is the budget, not the session's length.
 pub fn branch_history(
-    state: &SessionState,
-    current: &turnstile_journal::RunId,
+    load: impl FnMut(&turnstile_journal::RunId) -> Option<RunView>,
+    current: &RunView,
 ) -> Vec<HistoryEntry> {
-    branch_chain(state, current)
-        .iter()
-        .flat_map(|(index, until)| run_entries(&state.runs[*index], *until))
-        .collect()
-}
-
-/// Indexes of the branch's runs before `current`, oldest first, each with the message
-/// boundary a continuation kept of it.
-fn branch_chain(
-    state: &SessionState,
-    current: &turnstile_journal::RunId,
-) -> Vec<(usize, Option<u32>)> {
-    let Some(position) = state.runs.iter().position(|run| &run.run_id == current) else {
-        return Vec::new();
-    };
-    // Walk back from the run before `current`: a continuation's predecessor is its
-    // source up to the continuation point; any other run's is the run before it.
-    let predecessor = |index: usize| match &state.runs[index].fork {
-        Some(fork) => state
-            .runs
+    let mut runs = Vec::new();
+    let mut used = 0;
+    for (run, until) in branch_walk(load, current) {
+        let entries = run_entries(&run, until);
+        used += entries
             .iter()
-            .position(|run| run.run_id == fork.from_run_id)
-            .map(|i| (i, Some(fork.message_index))),
-        None => index.checked_sub(1).map(|i| (i, None)),
-    };
-    let mut chain = Vec::new();
-    let mut cursor = predecessor(position);
-    while let Some((index, until)) = cursor {
-        chain.push((index, until));
-        if chain.len() > state.runs.len() {
+            .map(|entry| entry.line().chars().count() + 1)
+            .sum::<usize>();
+        runs.push(entries);
+        if used > HISTORY_CHARS_MAX {
             break;
         }
-        cursor = predecessor(index);
     }
-    chain.reverse();
-    chain
+    runs.into_iter().rev().flatten().collect()
 }

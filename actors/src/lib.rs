@@ -9,7 +9,9 @@
 //! This crate does not speak HTTP and does not parse configuration files.
 
 mod api;
+pub mod directory;
 pub mod history;
+mod reads;
 mod registry;
 mod run;
 mod runtime;

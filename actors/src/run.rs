@@ -62,6 +62,10 @@ impl WireEvent {
     }
 }
 
+/// Renders the prompt of a fresh harness session seeded with the branch's history, when
+/// a harness session cannot be resumed (rare: rendered only then).
+pub(crate) type FallbackPrompt = Box<dyn FnOnce() -> String + Send>;
+
 /// Who a run's events are about, for the fields every agno event carries.
 #[derive(Debug, Clone)]
 pub(crate) struct RunIdentity {
@@ -179,7 +183,7 @@ pub(crate) struct RunTask {
     pub slot: tokio::sync::OwnedSemaphorePermit,
     /// The prompt of a fresh harness session seeded with the history, used when the
     /// harness session cannot be resumed (`None` for continuations, which never fall back).
-    pub fallback_prompt: Option<String>,
+    pub fallback_prompt: Option<FallbackPrompt>,
     /// The model identity recorded in the run's metrics (`details.model`).
     pub model: (String, String),
     /// The JSON Schema the final answer must satisfy (structured output).
@@ -245,7 +249,11 @@ impl RunTask {
                     }
                     self.request.harness_session_id = None;
                     self.request.transcript.clear();
-                    self.request.message = self.fallback_prompt.take().unwrap_or_default();
+                    self.request.message = self
+                        .fallback_prompt
+                        .take()
+                        .map(|render| render())
+                        .unwrap_or_default();
                     continue;
                 }
                 AttemptEnd::Harness(Err(HarnessError::Failed { kind, message })) => (kind, message),

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use turnstile_journal::limits::SHUTDOWN_DRAIN_MS;
-use turnstile_journal::{EventIndex, Journal, JournalOptions, RunId, Seq, SessionEntry, SessionId};
+use turnstile_journal::{EventIndex, Journal, JournalOptions, RunId, SessionEntry, SessionId};
 use turnstile_projections::{ForkPoint, RunStatus, RunView, SessionState};
 
 use crate::api::{
@@ -88,7 +88,9 @@ impl Runtime {
             },
         )?;
         let open_runs = journal.open_runs()?;
+        let directory = crate::directory::Directory::load(&journal)?;
         let shared = Arc::new(Shared {
+            directory,
             journal,
             agents: config
                 .agents
@@ -256,26 +258,86 @@ impl Runtime {
         }))
     }
 
-    /// A session's state, folded from its journal stream.
+    /// A session's facts and the runs it holds in memory (its open runs): its stored
+    /// form plus the records after it. `None` when it does not exist.
+    pub fn session(&self, session_id: &SessionId) -> Result<Option<SessionState>, RuntimeError> {
+        let state = crate::reads::load_session(self.journal(), session_id)?;
+        Ok(state.exists().then_some(state))
+    }
+
+    /// A session's facts with every one of its runs, oldest first (costs its runs).
     pub fn session_state(
         &self,
         session_id: &SessionId,
     ) -> Result<Option<SessionState>, RuntimeError> {
-        let mut state = SessionState::new(session_id.clone());
-        for record in self.journal().read_session(session_id, Seq(0)) {
-            state.apply(&record?);
-        }
-        Ok(state.exists().then_some(state))
-    }
-
-    /// A run's view, folded from its session's journal stream.
-    pub fn run_view(&self, run_id: &RunId) -> Result<Option<RunView>, RuntimeError> {
-        let Some(session_id) = self.journal().session_of_run(run_id)? else {
+        let Some(mut state) = self.session(session_id)? else {
             return Ok(None);
         };
-        Ok(self
-            .session_state(&session_id)?
-            .and_then(|state| state.run(run_id).cloned()))
+        state.runs = crate::reads::session_runs(self.journal(), &state)?;
+        Ok(Some(state))
+    }
+
+    /// A session's runs, oldest first; `None` when the session does not exist.
+    pub fn session_runs(
+        &self,
+        session_id: &SessionId,
+    ) -> Result<Option<Vec<RunView>>, RuntimeError> {
+        Ok(self.session_state(session_id)?.map(|state| state.runs))
+    }
+
+    /// A run's view: its stored form once it has ended, else its session's state.
+    pub fn run_view(&self, run_id: &RunId) -> Result<Option<RunView>, RuntimeError> {
+        crate::reads::run_view(self.journal(), run_id)
+    }
+
+    /// The lines of one harness session's transcript, as journaled (folds the session's
+    /// records: for audits and tests, not for a turn).
+    pub fn transcript(
+        &self,
+        session_id: &SessionId,
+        harness_session_id: &str,
+    ) -> Result<Vec<String>, RuntimeError> {
+        crate::reads::transcript(self.journal(), session_id, harness_session_id)
+    }
+
+    /// Every session's listing facts and daily metrics.
+    pub fn directory(&self) -> &crate::directory::Directory {
+        &self.inner.shared.directory
+    }
+
+    /// One page of an agent's runs in the order they were queued (newest first when
+    /// `newest_first`), those with `status` only when it is given, and how many there
+    /// are. The page reads the runs it returns; the count reads the agent's run index
+    /// (keys, not records).
+    pub fn agent_runs(
+        &self,
+        agent_id: &str,
+        status: Option<RunStatus>,
+        skip: usize,
+        limit: usize,
+        newest_first: bool,
+    ) -> Result<(Vec<RunView>, usize), RuntimeError> {
+        use turnstile_journal::IndexedStatus;
+        let wanted = status.map(|status| match status {
+            RunStatus::Pending => IndexedStatus::Pending,
+            RunStatus::Running => IndexedStatus::Running,
+            RunStatus::Completed => IndexedStatus::Completed,
+            RunStatus::Error => IndexedStatus::Error,
+            RunStatus::Cancelled => IndexedStatus::Cancelled,
+        });
+        let mut total = 0;
+        let mut page = Vec::new();
+        for run in self.journal().agent_runs(agent_id, newest_first) {
+            let run = run?;
+            if wanted.is_some_and(|wanted| wanted != run.status) {
+                continue;
+            }
+            if total >= skip && page.len() < limit {
+                page.extend(self.run_view(&run.run_id)?);
+            }
+            total += 1;
+        }
+        Ok((page, total))
     }
 
     /// A run's events after `after` (all of them when `None`): live until its end for
@@ -423,7 +485,7 @@ impl Runtime {
         agent_id: &str,
         session_id: &SessionId,
     ) -> Result<Result<CompactOutcome, Refused>, RuntimeError> {
-        let Some(state) = self.session_state(session_id)? else {
+        let Some(state) = self.session(session_id)? else {
             return Ok(Err(Refused::UnknownSession {
                 session_id: session_id.clone(),
             }));
@@ -444,7 +506,7 @@ impl Runtime {
         &self,
         session_id: &SessionId,
     ) -> Result<Result<bool, Refused>, RuntimeError> {
-        if self.session_state(session_id)?.is_none() {
+        if self.session(session_id)?.is_none() {
             return Ok(Ok(false));
         }
         self.ask_session(session_id.clone(), DeleteSessionMsg)

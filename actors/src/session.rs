@@ -1,6 +1,7 @@
 //! The session actor: one per session, one turn at a time, a durable FIFO of turns.
 //!
-//! It rebuilds its state by folding its journal stream when it starts and resolves
+//! It resumes its state from the session's stored form plus the records after it
+//! (never from the session's first record, see [`crate::reads`]) and resolves
 //! what a stopped process left open: queued runs queue again; a run that was running
 //! gets a new attempt when it has attempts left, else ends `ERROR`. A turn is accepted
 //! by journaling `RunQueued`; the session's head-of-line run is elected first and only
@@ -27,7 +28,9 @@ use turnstile_projections::{RunStatus, RunView, SessionState};
 const ATTACHMENT_RUNS_RESTORED: usize = 10;
 
 use crate::api::{AgentSpec, CompactOutcome, Multitask, Refused, RuntimeError, StartRun};
-use crate::history::{branch_history, branch_runs, render_prompt};
+use crate::directory::Directory;
+use crate::history::{branch_history, branch_walk, render_prompt};
+use crate::reads;
 use crate::run::{
     Finished, RunIdentity, RunTask, WireEvent, broadcast_wire, cancelled_events, failed_events,
     journal_error_type,
@@ -49,6 +52,8 @@ pub(crate) struct Shared {
     pub session_idle_ms: AtomicU64,
     /// Runs started and ended since the runtime opened, by outcome.
     pub counters: RunCounters,
+    /// Every session's listing facts and daily metrics.
+    pub directory: Directory,
 }
 
 /// Runs started and ended since the runtime opened.
@@ -136,6 +141,8 @@ pub(crate) struct SessionActor {
     last_active: Instant,
     /// Set when the journal could not be read: the actor refuses work rather than guess.
     broken: Option<String>,
+    /// A `SessionCreated` is on its way to the journal.
+    creating: bool,
 }
 
 /// A run accepted.
@@ -188,6 +195,7 @@ impl SessionActor {
             compacting: false,
             last_active: Instant::now(),
             broken: None,
+            creating: false,
         }
     }
 
@@ -214,10 +222,8 @@ impl SessionActor {
             }
             self.state.apply(record);
         }
-        // The stored projection follows the session at its turning points (a run
-        // accepted or ended, a compaction, a deletion); `journal rebuild` checks it.
-        // Stored projections follow the session at its turning points (a run accepted
-        // or ended, a compaction, a deletion): the session's key and each run's own key,
+        // Stored forms follow the session at its turning points (a run accepted or
+        // ended, a compaction, a deletion): the session's key and each run's own key,
         // so a write costs the same in a long session as in a short one.
         let mut turning_point = false;
         for record in records {
@@ -229,30 +235,24 @@ impl SessionActor {
             };
             turning_point = true;
             if let Some(run) = run.and_then(|run_id| self.state.run(run_id)) {
-                let summary = self.state.run_summary(run);
-                self.store_projection(&format!("run/{}", run.run_id), &summary);
+                reads::store_run(&self.shared.journal, &self.state, run);
             }
         }
-        // While a run is in flight its task journals events this state has not folded
-        // yet (they are applied when it ends): a session summary stored now would be
-        // "as of" a sequence whose fold includes them, and `journal rebuild` would call
-        // it a difference (issue 12: a stop with one run in flight and one queued). The
-        // run's end stores it again, complete.
-        if turning_point && self.in_flight.is_none() {
-            self.store_projection(
-                &format!("session/{}", self.session_id),
-                &self.state.session_summary(),
-            );
+        if !turning_point {
+            return;
         }
-    }
-
-    fn store_projection(&self, key: &str, summary: &serde_json::Value) {
-        if let Err(error) = self
-            .shared
-            .journal
-            .put_projection(key, summary.to_string().as_bytes())
-        {
-            tracing::warn!(session_id = %self.session_id, %error, "stored projection not updated");
+        self.shared
+            .directory
+            .update(&self.session_id, &self.state.session);
+        // While a run is in flight its task journals events this state has not folded
+        // yet (they are applied when it ends): a session form stored now would be "as
+        // of" a sequence whose fold includes them, and `journal rebuild` would call it a
+        // difference (issue 12: a stop with one run in flight and one queued). The run's
+        // end stores it again, complete; ended runs leave memory then, their stored
+        // forms keep them.
+        if self.in_flight.is_none() {
+            reads::store_session(&self.shared.journal, &self.state);
+            self.state.retire();
         }
     }
 
@@ -402,48 +402,69 @@ impl SessionActor {
             next_index = next_index.next();
         }
         // A continuation runs on a fork of the source's harness session that keeps the
-        // transcript up to the continuation point; every other run resumes the newest branch.
-        let (harness_session_id, transcript) = match (&run.fork, head.resume) {
+        // transcript up to the continuation point; every other run resumes the newest
+        // branch. The lines are read from the journal only if the harness asks.
+        let (harness_session_id, source, kept) = match (&run.fork, head.resume) {
             (Some(fork), false) => {
                 let forked_id = uuid::Uuid::now_v7().to_string();
-                let kept: Vec<String> = self
+                let kept = self
                     .state
                     .session
-                    .transcripts
-                    .get(&fork.harness_session_id)
-                    .map(|lines| {
-                        lines
-                            .iter()
-                            .take(fork.transcript_lines as usize)
-                            .cloned()
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                    .lines_of(&fork.harness_session_id)
+                    .min(fork.transcript_lines);
                 events.push(Event::HarnessSessionForked {
                     run_id: run.run_id.clone(),
                     from_run_id: fork.from_run_id.clone(),
                     message_index: fork.message_index,
                     from_harness_session_id: fork.harness_session_id.clone(),
                     harness_session_id: forked_id.clone(),
-                    transcript_lines: kept.len() as u32,
+                    transcript_lines: kept,
                 });
-                (Some(forked_id), kept)
+                (Some(forked_id), Some(fork.harness_session_id.clone()), kept)
             }
-            _ => (
-                self.state.session.harness_session_id.clone(),
-                self.state.session.transcript().to_vec(),
-            ),
+            _ => {
+                let current = self.state.session.harness_session_id.clone();
+                (
+                    current.clone(),
+                    current,
+                    self.state.session.transcript_len(),
+                )
+            }
+        };
+        let transcript = match source {
+            Some(source) if kept > 0 => {
+                let journal = self.shared.journal.clone();
+                let session_id = self.session_id.clone();
+                turnstile_harness::Transcript::lazy(kept as usize, move || {
+                    let mut lines = reads::transcript(&journal, &session_id, &source)
+                        .map_err(|error| error.to_string())?;
+                    // Lines journaled since the turn began are this turn's own.
+                    lines.truncate(kept as usize);
+                    Ok(lines)
+                })
+            }
+            _ => turnstile_harness::Transcript::default(),
         };
         let output_schema = serde_json::from_str::<serde_json::Value>(&run.options)
             .ok()
             .map(|options| options["output_schema"].clone())
             .filter(|schema| schema.is_object());
-        let fallback_prompt = match run.fork {
+        // Rendered only if the harness session cannot be resumed.
+        let fallback_prompt: Option<crate::run::FallbackPrompt> = match run.fork {
             Some(_) => None,
-            None => Some(render_prompt(
-                &branch_history(&self.state, &run.run_id),
-                &run.input,
-            )),
+            None => {
+                let journal = self.shared.journal.clone();
+                let current = run.clone();
+                Some(Box::new(move || {
+                    let load = |run_id: &RunId| {
+                        reads::stored_run(&journal, run_id)
+                            .ok()
+                            .flatten()
+                            .map(|stored| stored.run)
+                    };
+                    render_prompt(&branch_history(load, &current), &current.input)
+                }))
+            }
         };
         let task = RunTask {
             identity,
@@ -494,15 +515,37 @@ impl SessionActor {
         run: &RunView,
         agent: &AgentSpec,
     ) -> (Vec<RunId>, Result<String, String>, Vec<String>) {
-        // The run itself, then up to 10 earlier runs of its branch that had attachments.
-        let mut runs: Vec<&RunView> = vec![run];
-        let mut cursor = branch_runs(&self.state, &run.run_id);
-        cursor.retain(|earlier| !earlier.attachments.is_empty());
-        runs.extend(cursor.into_iter().rev().take(ATTACHMENT_RUNS_RESTORED));
-        let runs: Vec<&RunView> = runs
-            .into_iter()
-            .filter(|r| !r.attachments.is_empty())
-            .collect();
+        // The run itself, then up to 10 earlier runs of its branch that had attachments:
+        // the walk back stops at the oldest run with attachments, so a session without
+        // any reads no earlier run.
+        let oldest = self
+            .state
+            .session
+            .attachment_runs
+            .iter()
+            .filter(|(run_id, _)| run_id != &run.run_id)
+            .map(|(_, seq)| *seq)
+            .min();
+        let mut runs: Vec<RunView> = Vec::new();
+        if !run.attachments.is_empty() {
+            runs.push(run.clone());
+        }
+        if let Some(oldest) = oldest {
+            let journal = self.shared.journal.clone();
+            let load = |run_id: &RunId| {
+                reads::stored_run(&journal, run_id)
+                    .ok()
+                    .flatten()
+                    .map(|stored| stored.run)
+            };
+            runs.extend(
+                branch_walk(load, run)
+                    .map(|(earlier, _)| earlier)
+                    .take_while(|earlier| earlier.queued_seq.0 >= oldest)
+                    .filter(|earlier| !earlier.attachments.is_empty())
+                    .take(ATTACHMENT_RUNS_RESTORED),
+            );
+        }
         if runs.is_empty() {
             return (Vec::new(), Ok(String::new()), Vec::new());
         }
@@ -721,18 +764,14 @@ impl Actor for SessionActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(SESSION_MAILBOX_MESSAGES);
-        let mut state = SessionState::new(self.session_id.clone());
-        for record in self.shared.journal.read_session(&self.session_id, Seq(0)) {
-            match record {
-                Ok(record) => state.apply(&record),
-                Err(error) => {
-                    tracing::error!(session_id = %self.session_id, %error, "session stream unreadable");
-                    self.broken = Some(error.to_string());
-                    return;
-                }
+        match reads::load_session(&self.shared.journal, &self.session_id) {
+            Ok(state) => self.state = state,
+            Err(error) => {
+                tracing::error!(session_id = %self.session_id, %error, "session stream unreadable");
+                self.broken = Some(error.to_string());
+                return;
             }
         }
-        self.state = state;
         let check_every = self
             .shared
             .session_idle()
@@ -835,7 +874,9 @@ impl Handler<StartRunMsg> for SessionActor {
         }
         let run_id = RunId::new_v7();
         let mut events = Vec::with_capacity(3);
-        if !self.state.exists() {
+        // Concurrent first turns: only the first journals the session's creation.
+        if !self.state.exists() && !self.creating {
+            self.creating = true;
             events.push(Event::SessionCreated {
                 agent_id: agent.id.clone(),
                 user_id: command.user_id.clone(),
@@ -901,6 +942,7 @@ impl Handler<StartRunMsg> for SessionActor {
         let live = self.shared.ensure_live(&run_id).subscribe();
         let _ = ctx;
         Box::pin(append.into_actor(self).map(move |result, actor, ctx| {
+            actor.creating = false;
             let accepted = match result {
                 Ok(Ok(records)) => records,
                 failure => {
@@ -1018,10 +1060,15 @@ impl Handler<CompactMsg> for SessionActor {
                 self.session_id
             )))));
         };
+        let transcript =
+            match reads::transcript(&self.shared.journal, &self.session_id, &harness_session_id) {
+                Ok(lines) => lines,
+                Err(error) => return ready(Err(error)),
+            };
         let request = CompactRequest {
             session_id: self.session_id.clone(),
             harness_session_id: harness_session_id.clone(),
-            transcript: self.state.session.transcript().to_vec(),
+            transcript,
         };
         self.compacting = true;
         let journal = self.shared.journal.clone();

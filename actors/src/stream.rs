@@ -12,6 +12,8 @@ use futures::Stream;
 use tokio::sync::broadcast;
 use turnstile_journal::{EventIndex, Journal, RunId, Seq, SessionId};
 
+use turnstile_journal::limits::STREAM_REFILL_EVENTS_MAX;
+
 use crate::api::RuntimeError;
 use crate::run::WireEvent;
 
@@ -22,6 +24,9 @@ pub struct RunEvents {
     run_id: RunId,
     /// Where the run's records begin in its session stream, so refills skip earlier runs.
     from_seq: Seq,
+    /// The next sequence to read from the journal: a refill goes on from there, never
+    /// from the run's start again.
+    scan_seq: Seq,
     live: Option<broadcast::Receiver<Arc<WireEvent>>>,
     next: EventIndex,
     backlog: VecDeque<Arc<WireEvent>>,
@@ -42,6 +47,7 @@ impl RunEvents {
             session_id,
             run_id,
             from_seq,
+            scan_seq: from_seq,
             live,
             next,
             backlog: VecDeque::new(),
@@ -108,13 +114,22 @@ impl RunEvents {
     }
 
     fn refill(&mut self) -> Result<(), RuntimeError> {
-        for record in self.journal.read_session(&self.session_id, self.from_seq) {
+        // Resumes where the last refill stopped; stops at the run's end, or once a
+        // batch is in the backlog (memory stays bounded for a run of any length).
+        let from = self.scan_seq.max(self.from_seq);
+        for record in self.journal.read_session(&self.session_id, from) {
             let record = record?;
-            if let Some(event) = WireEvent::from_record(&record)
-                && event.run_id == self.run_id
-                && event.event_index >= self.next
-            {
-                self.backlog.push_back(Arc::new(event));
+            self.scan_seq = record.seq.next();
+            let Some(event) = WireEvent::from_record(&record) else {
+                continue;
+            };
+            if event.run_id != self.run_id || event.event_index < self.next {
+                continue;
+            }
+            let terminal = event.is_terminal();
+            self.backlog.push_back(Arc::new(event));
+            if terminal || self.backlog.len() >= STREAM_REFILL_EVENTS_MAX {
+                break;
             }
         }
         Ok(())

@@ -52,11 +52,122 @@ pub struct TurnRequest {
     pub message: String,
     /// The harness session to resume, if the session has one.
     pub harness_session_id: Option<String>,
-    /// That harness session's transcript lines, as journaled, oldest first.
-    pub transcript: Vec<String>,
+    /// That harness session's transcript, as journaled: its length at once, its lines
+    /// read only when the harness asks for them (a cold start).
+    pub transcript: Transcript,
     /// A JSON Schema (JSON text) the final answer must satisfy, for harnesses that can
     /// ask their model for structured output.
     pub output_schema: Option<String>,
+}
+
+/// Reads a transcript's lines when a harness first needs them.
+pub type TranscriptLoader = dyn Fn() -> Result<Vec<String>, String> + Send + Sync;
+
+/// A harness session's transcript, oldest line first: its length is known without
+/// reading it; its lines are read once, when a harness first asks (a warm CLI process
+/// or a plain turn of the scripted harness never does), then shared.
+#[derive(Clone, Default)]
+pub struct Transcript {
+    /// Lines of the loaded part.
+    base_len: usize,
+    base: std::sync::Arc<TranscriptBase>,
+    /// Lines added since (this turn's, in order).
+    added: Vec<String>,
+}
+
+#[derive(Default)]
+struct TranscriptBase {
+    loader: Option<Box<TranscriptLoader>>,
+    lines: std::sync::OnceLock<Result<Vec<String>, String>>,
+}
+
+impl std::fmt::Debug for Transcript {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transcript")
+            .field("lines", &self.len())
+            .finish()
+    }
+}
+
+impl Transcript {
+    /// A transcript whose lines are at hand.
+    pub fn from_lines(lines: Vec<String>) -> Self {
+        let base = TranscriptBase::default();
+        let base_len = lines.len();
+        let _ = base.lines.set(Ok(lines));
+        Transcript {
+            base_len,
+            base: std::sync::Arc::new(base),
+            added: Vec::new(),
+        }
+    }
+
+    /// A transcript of `len` lines that `loader` reads when first asked; the loader
+    /// must return exactly those lines.
+    pub fn lazy(
+        len: usize,
+        loader: impl Fn() -> Result<Vec<String>, String> + Send + Sync + 'static,
+    ) -> Self {
+        Transcript {
+            base_len: len,
+            base: std::sync::Arc::new(TranscriptBase {
+                loader: Some(Box::new(loader)),
+                lines: std::sync::OnceLock::new(),
+            }),
+            added: Vec::new(),
+        }
+    }
+
+    /// Lines, without reading them.
+    pub fn len(&self) -> usize {
+        self.base_len + self.added.len()
+    }
+
+    /// Whether it has no line.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Adds a line at the end.
+    pub fn push(&mut self, line: String) {
+        self.added.push(line);
+    }
+
+    /// Adds lines at the end.
+    pub fn extend(&mut self, lines: impl IntoIterator<Item = String>) {
+        self.added.extend(lines);
+    }
+
+    /// Empties it (a fresh harness session).
+    pub fn clear(&mut self) {
+        *self = Transcript::default();
+    }
+
+    /// The lines, read from the journal the first time.
+    pub fn lines(&self) -> Result<Vec<String>, HarnessError> {
+        let base = self.base.lines.get_or_init(|| match &self.base.loader {
+            Some(loader) => loader(),
+            None => Ok(Vec::new()),
+        });
+        let base = base.as_ref().map_err(|message| HarnessError::Failed {
+            kind: ErrorKind::Transient,
+            message: format!("the transcript could not be read: {message}"),
+        })?;
+        if base.len() != self.base_len {
+            return Err(HarnessError::Failed {
+                kind: ErrorKind::Transient,
+                message: format!(
+                    "the transcript read has {} lines where {} were journaled",
+                    base.len(),
+                    self.base_len
+                ),
+            });
+        }
+        let mut lines = Vec::with_capacity(self.len());
+        lines.extend(base.iter().cloned());
+        lines.extend(self.added.iter().cloned());
+        Ok(lines)
+    }
 }
 
 /// One tool call, as agno's `ToolExecution` describes it.

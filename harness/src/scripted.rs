@@ -348,7 +348,7 @@ async fn run(
 
     if script.compact {
         // `/compact` as a message compacts the session so far, this message excluded.
-        let compacted = compaction(&request.transcript);
+        let compacted = compaction(&request.transcript.lines()?);
         let content = match &compacted {
             Some((_, summary, replaced)) => format!("Compacted {replaced} messages into {summary}"),
             None => "Not enough messages to compact".to_owned(),
@@ -377,7 +377,7 @@ async fn run(
     } else if let Some(reply) = &script.reply {
         reply.clone()
     } else if script.history {
-        let mut lines = history_lines(&request.transcript);
+        let mut lines = history_lines(&request.transcript.lines()?);
         lines.push(history_label(&request.message));
         lines.join("\n")
     } else if script.has_directive {

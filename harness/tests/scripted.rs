@@ -17,7 +17,7 @@ fn request(message: &str, attempt: u32, transcript: Vec<String>) -> TurnRequest 
         attempt,
         message: message.into(),
         harness_session_id: None,
-        transcript,
+        transcript: turnstile_harness::Transcript::from_lines(transcript),
         output_schema: None,
     }
 }

@@ -23,8 +23,8 @@ pub use codec::{FORMAT_VERSION, Hash, RecordBody};
 pub use event::Event;
 pub use ids::{EventIndex, IdError, JournalPos, RunId, Seq, SessionId};
 pub use store::{
-    AppendQueueFull, Conflict, Expected, Journal, JournalOptions, Recorded, SYNC_BUCKETS_US,
-    SessionEntry, StatsSnapshot,
+    AgentRun, AppendQueueFull, Conflict, Expected, IndexedStatus, Journal, JournalOptions,
+    Recorded, SYNC_BUCKETS_US, SessionEntry, StatsSnapshot,
 };
 pub use subscription::Subscription;
 pub use verify::{Corruption, VerifyReport};

@@ -60,6 +60,9 @@ pub const ID_BYTES_MAX: usize = 128;
 pub const SESSION_MAILBOX_MESSAGES: usize = 256;
 /// Events a run's live channel buffers for its streams; a slower stream re-reads the journal.
 pub const RUN_BROADCAST_EVENTS: usize = 1024;
+/// Events one journal read puts in a run stream's backlog (a finished run of any length
+/// is re-read a batch at a time).
+pub const STREAM_REFILL_EVENTS_MAX: usize = 4_096;
 /// Harness events buffered between a harness and the run task that journals them.
 pub const HARNESS_EVENTS_BUFFERED: usize = 256;
 /// Request body size, in bytes, accepted by the gateway by default

@@ -103,6 +103,8 @@ struct Pending {
     first_pos: u64,
     records: Vec<Vec<u8>>,
     bytes: usize,
+    /// Runs queued in this batch, for the indexes of their later events.
+    staged_runs: crate::store::StagedRuns,
 }
 
 impl Pending {
@@ -113,6 +115,7 @@ impl Pending {
             first_pos,
             records: Vec::new(),
             bytes: 0,
+            staged_runs: Default::default(),
         }
     }
 }
@@ -278,10 +281,11 @@ fn import_into(
         pending.bytes += bytes.len();
         pending.records.push(bytes);
         store::index_event(
+            &tree,
             &mut pending.batch,
-            &body.session_id,
+            &mut pending.staged_runs,
+            (&body.session_id, body.pos, body.seq, body.ts_us),
             &body.event,
-            body.ts_us,
         );
         match pending.manifest.last_mut() {
             Some(last)

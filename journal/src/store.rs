@@ -176,6 +176,7 @@ pub struct JournalStats {
     syncs: AtomicU64,
     sync_us_total: AtomicU64,
     sync_buckets: [AtomicU64; SYNC_BUCKETS_US.len()],
+    records_read: AtomicU64,
 }
 
 /// A reading of [`JournalStats`].
@@ -191,6 +192,9 @@ pub struct StatsSnapshot {
     pub sync_us_total: u64,
     /// Syncs that took at most each of [`SYNC_BUCKETS_US`] (cumulative, like Prometheus).
     pub sync_buckets: Vec<u64>,
+    /// Records read back (by session or in global order), for tests and metrics that
+    /// check a read's cost does not grow with history.
+    pub records_read: u64,
 }
 
 impl JournalStats {
@@ -245,6 +249,11 @@ const RUN: u8 = b'R';
 const OPEN: u8 = b'O';
 const IDEMPOTENCY: u8 = b'K';
 const SESSION: u8 = b'N';
+/// `Q` + session + NUL + queued sequence (u64 BE) → run id: a session's runs in order.
+const SESSION_RUNS: u8 = b'Q';
+/// `G` + agent + NUL + queued position (u64 BE) → status byte, session, NUL, run id: an
+/// agent's runs in order, with their status.
+const AGENT_RUNS: u8 = b'G';
 /// `A` + BLAKE3 digest: the encoding of an event stored apart from its record.
 pub(crate) const APART: u8 = b'A';
 
@@ -444,32 +453,220 @@ pub(crate) fn open_sled(dir: &Path, options: &JournalOptions) -> Result<sled::Db
     }
 }
 
+/// Where a run is indexed: its session, agent and queued position and sequence.
+#[derive(Debug, Clone)]
+pub(crate) struct RunEntry {
+    session_id: SessionId,
+    agent_id: String,
+    pos: u64,
+    seq: u64,
+}
+
+/// The runs queued in the batch being built, which the tree does not hold yet.
+pub(crate) type StagedRuns = HashMap<RunId, RunEntry>;
+
+fn session_runs_prefix(session_id: &SessionId) -> Vec<u8> {
+    let mut key = Vec::with_capacity(session_id.as_str().len() + 10);
+    key.push(SESSION_RUNS);
+    key.extend_from_slice(session_id.as_str().as_bytes());
+    key.push(0);
+    key
+}
+
+fn session_runs_key(session_id: &SessionId, seq: u64) -> Vec<u8> {
+    let mut key = session_runs_prefix(session_id);
+    key.extend_from_slice(&seq.to_be_bytes());
+    key
+}
+
+fn agent_runs_prefix(agent_id: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(agent_id.len() + 10);
+    key.push(AGENT_RUNS);
+    key.extend_from_slice(agent_id.as_bytes());
+    key.push(0);
+    key
+}
+
+fn agent_runs_key(agent_id: &str, pos: u64) -> Vec<u8> {
+    let mut key = agent_runs_prefix(agent_id);
+    key.extend_from_slice(&pos.to_be_bytes());
+    key
+}
+
+fn agent_runs_value(status: u8, session_id: &SessionId, run_id: &RunId) -> Vec<u8> {
+    let mut value = Vec::with_capacity(2 + session_id.as_str().len() + run_id.as_str().len());
+    value.push(status);
+    value.extend_from_slice(session_id.as_str().as_bytes());
+    value.push(0);
+    value.extend_from_slice(run_id.as_str().as_bytes());
+    value
+}
+
+fn run_value(entry: &RunEntry) -> Vec<u8> {
+    // session, NUL, agent, NUL, position (u64 BE), sequence (u64 BE): ids hold no NUL.
+    let mut value = Vec::with_capacity(entry.session_id.as_str().len() + entry.agent_id.len() + 18);
+    value.extend_from_slice(entry.session_id.as_str().as_bytes());
+    value.push(0);
+    value.extend_from_slice(entry.agent_id.as_bytes());
+    value.push(0);
+    value.extend_from_slice(&entry.pos.to_be_bytes());
+    value.extend_from_slice(&entry.seq.to_be_bytes());
+    value
+}
+
+fn decode_run_value(value: &[u8]) -> Result<RunEntry, Error> {
+    let malformed = || Error::Store("malformed run index entry".into());
+    let (text, numbers) = value.split_at(value.len().checked_sub(16).ok_or_else(malformed)?);
+    let text = text.strip_suffix(&[0]).ok_or_else(malformed)?;
+    let split = text.iter().position(|b| *b == 0).ok_or_else(malformed)?;
+    Ok(RunEntry {
+        session_id: stored_id(&text[..split])?,
+        agent_id: std::str::from_utf8(&text[split + 1..])
+            .map_err(|_| malformed())?
+            .to_owned(),
+        pos: be_u64(&numbers[..8]).ok_or_else(malformed)?,
+        seq: be_u64(numbers).ok_or_else(malformed)?,
+    })
+}
+
+/// A run's entry: staged in this batch, or in the tree.
+fn run_entry(tree: &sled::Tree, staged: &StagedRuns, run_id: &RunId) -> Option<RunEntry> {
+    if let Some(entry) = staged.get(run_id) {
+        return Some(entry.clone());
+    }
+    let bytes = tree.get(run_key(run_id)).ok()??;
+    decode_run_value(&bytes).ok()
+}
+
+/// The status byte of an agent's run index for an event that changes it.
+fn status_byte(event: &Event) -> Option<u8> {
+    Some(match event {
+        Event::RunQueued { .. } => b'P',
+        Event::RunStarted { .. } => b'R',
+        Event::RunCompleted { .. } => b'C',
+        Event::RunFailed { .. } => b'E',
+        Event::RunCancelled { .. } => b'X',
+        _ => return None,
+    })
+}
+
+/// A run status as the agent's run index stores it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexedStatus {
+    /// Queued.
+    Pending,
+    /// Started.
+    Running,
+    /// Ended with an answer.
+    Completed,
+    /// Ended in an error.
+    Error,
+    /// Cancelled.
+    Cancelled,
+}
+
+impl IndexedStatus {
+    fn from_byte(byte: u8) -> Option<Self> {
+        Some(match byte {
+            b'P' => IndexedStatus::Pending,
+            b'R' => IndexedStatus::Running,
+            b'C' => IndexedStatus::Completed,
+            b'E' => IndexedStatus::Error,
+            b'X' => IndexedStatus::Cancelled,
+            _ => return None,
+        })
+    }
+}
+
+/// One run of an agent, as its run index lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentRun {
+    /// Position of its `RunQueued`.
+    pub pos: JournalPos,
+    /// Its session.
+    pub session_id: SessionId,
+    /// The run.
+    pub run_id: RunId,
+    /// Its status as of the last durable record.
+    pub status: IndexedStatus,
+}
+
 /// Secondary indexes of one event, in the same atomic batch as its record.
 pub(crate) fn index_event(
+    tree: &sled::Tree,
     batch: &mut sled::Batch,
-    session_id: &SessionId,
+    staged: &mut StagedRuns,
+    recorded: (&SessionId, JournalPos, Seq, i64),
     event: &Event,
-    ts_us: i64,
 ) {
+    let (session_id, pos, seq, ts_us) = recorded;
     match event {
-        Event::RunQueued { run_id, .. } => {
-            batch.insert(run_key(run_id), session_id.as_str().as_bytes());
+        Event::RunQueued {
+            run_id, agent_id, ..
+        } => {
+            let entry = RunEntry {
+                session_id: session_id.clone(),
+                agent_id: agent_id.clone(),
+                pos: pos.0,
+                seq: seq.0,
+            };
+            batch.insert(run_key(run_id), run_value(&entry));
             batch.insert(open_key(run_id), session_id.as_str().as_bytes());
+            batch.insert(
+                session_runs_key(session_id, seq.0),
+                run_id.as_str().as_bytes(),
+            );
+            batch.insert(
+                agent_runs_key(agent_id, pos.0),
+                agent_runs_value(b'P', session_id, run_id),
+            );
+            staged.insert(run_id.clone(), entry);
         }
-        Event::RunCompleted { run_id, .. }
-        | Event::RunFailed { run_id, .. }
-        | Event::RunCancelled { run_id, .. } => batch.remove(open_key(run_id)),
         Event::SessionCreated { agent_id, user_id } => {
             batch.insert(
                 session_key(session_id),
                 session_value(agent_id, user_id.as_deref(), ts_us),
             );
         }
-        Event::SessionDeleted { .. } => batch.remove(session_key(session_id)),
+        Event::SessionDeleted { .. } => {
+            batch.remove(session_key(session_id));
+            // The session's runs leave its agent's list and the session's own (a session
+            // id used again begins with no runs).
+            let mut runs: Vec<RunId> = tree
+                .scan_prefix(session_runs_prefix(session_id))
+                .filter_map(Result::ok)
+                .filter_map(|(_, value)| stored_id(&value).ok())
+                .collect();
+            runs.extend(
+                staged
+                    .iter()
+                    .filter(|(_, entry)| &entry.session_id == session_id)
+                    .map(|(run_id, _)| run_id.clone()),
+            );
+            for run_id in runs {
+                if let Some(entry) = run_entry(tree, staged, &run_id) {
+                    batch.remove(agent_runs_key(&entry.agent_id, entry.pos));
+                    batch.remove(session_runs_key(session_id, entry.seq));
+                }
+            }
+        }
         Event::IdempotencyKeyBound { key, run_id } => {
             batch.insert(idempotency_key(key), run_id.as_str().as_bytes());
         }
         _ => {}
+    }
+    if let (Some(status), Some(run_id)) = (status_byte(event), event.run_id())
+        && !matches!(event, Event::RunQueued { .. })
+    {
+        if event.is_terminal() {
+            batch.remove(open_key(run_id));
+        }
+        if let Some(entry) = run_entry(tree, staged, run_id) {
+            batch.insert(
+                agent_runs_key(&entry.agent_id, entry.pos),
+                agent_runs_value(status, session_id, run_id),
+            );
+        }
     }
 }
 
@@ -531,6 +728,7 @@ impl Journal {
         };
         let committer = Committer {
             tree: tree.clone(),
+            staged_runs: HashMap::new(),
             tail: tail.clone(),
             index_written: Instant::now(),
             heads: HashMap::new(),
@@ -579,6 +777,7 @@ impl Journal {
                 .iter()
                 .map(|bucket| bucket.load(Ordering::Relaxed))
                 .collect(),
+            records_read: stats.records_read.load(Ordering::Relaxed),
         }
     }
 
@@ -690,6 +889,7 @@ impl Journal {
             };
         SessionReader {
             tree: self.inner.tree.clone(),
+            stats: self.inner.stats.clone(),
             session_id: session_id.clone(),
             runs: runs.into_iter(),
             current: None,
@@ -718,6 +918,7 @@ impl Journal {
         };
         LogReader {
             tree: self.inner.tree.clone(),
+            stats: self.inner.stats.clone(),
             segments: self
                 .inner
                 .tree
@@ -752,8 +953,54 @@ impl Journal {
         self.inner
             .tree
             .get(run_key(run_id))?
-            .map(|bytes| stored_id(&bytes))
+            .map(|bytes| decode_run_value(&bytes).map(|entry| entry.session_id))
             .transpose()
+    }
+
+    /// A session's runs, oldest first, with the sequence each was queued at (none of a
+    /// deleted session's; a session id used again lists only its new runs).
+    pub fn session_runs(&self, session_id: &SessionId) -> Result<Vec<(Seq, RunId)>, Error> {
+        self.inner
+            .tree
+            .scan_prefix(session_runs_prefix(session_id))
+            .map(|entry| {
+                let (key, value) = entry?;
+                Ok((Seq(be_u64(&key).unwrap_or(0)), stored_id(&value)?))
+            })
+            .collect()
+    }
+
+    /// An agent's runs in the order they were queued (newest first when `newest_first`),
+    /// from the run index (no stream is read), with each run's status; none of a deleted
+    /// session's.
+    pub fn agent_runs(
+        &self,
+        agent_id: &str,
+        newest_first: bool,
+    ) -> impl Iterator<Item = Result<AgentRun, Error>> + use<> {
+        let durable = self.next_pos();
+        let scan = self.inner.tree.scan_prefix(agent_runs_prefix(agent_id));
+        let entries: Box<dyn Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>> =
+            if newest_first {
+                Box::new(scan.rev())
+            } else {
+                Box::new(scan)
+            };
+        entries
+            .map(|entry| {
+                let (key, value) = entry?;
+                let malformed = || Error::Store("malformed agent run index entry".into());
+                let (status, ids) = value.split_first().ok_or_else(malformed)?;
+                let split = ids.iter().position(|b| *b == 0).ok_or_else(malformed)?;
+                Ok(AgentRun {
+                    pos: JournalPos(be_u64(&key).ok_or_else(malformed)?),
+                    session_id: stored_id(&ids[..split])?,
+                    run_id: stored_id(&ids[split + 1..])?,
+                    status: IndexedStatus::from_byte(*status).ok_or_else(malformed)?,
+                })
+            })
+            // Applied but not yet synced: not shown.
+            .filter(move |run| run.as_ref().map_or(true, |run| run.pos < durable))
     }
 
     /// Runs that have been queued and have not ended, with their sessions: what
@@ -1040,6 +1287,7 @@ fn decode_record(
 /// Reads one session's records run by run, each run from its segment.
 struct SessionReader {
     tree: sled::Tree,
+    stats: Arc<JournalStats>,
     session_id: SessionId,
     runs: std::vec::IntoIter<Run>,
     /// The run being read and how many of its records are done.
@@ -1111,6 +1359,7 @@ impl Iterator for SessionReader {
                 return None;
             }
             let record = self.read(run, offset, seq);
+            self.stats.records_read.fetch_add(1, Ordering::Relaxed);
             self.done = record.is_err();
             self.next_seq = seq.next();
             return Some(record);
@@ -1122,6 +1371,7 @@ impl Iterator for SessionReader {
 /// Reads records in global order, one segment at a time.
 struct LogReader {
     tree: sled::Tree,
+    stats: Arc<JournalStats>,
     segments: sled::Iter,
     /// The segment being read, its first position, and the next record's index in it.
     current: Option<(Segment<sled::IVec>, JournalPos, usize)>,
@@ -1147,6 +1397,7 @@ impl Iterator for LogReader {
                         return None;
                     }
                     let record = record_in(&self.tree, segment, *first_pos, pos);
+                    self.stats.records_read.fetch_add(1, Ordering::Relaxed);
                     self.failed = record.is_err();
                     return Some(record);
                 }
@@ -1180,6 +1431,8 @@ struct Head {
 
 struct Committer {
     tree: sled::Tree,
+    /// Runs queued in the batch being built.
+    staged_runs: StagedRuns,
     tail: Arc<RwLock<Tail>>,
     /// When the session index was last written.
     index_written: Instant,
@@ -1308,6 +1561,7 @@ impl Committer {
         }
         let ts_us = now_us();
         let mut batch = sled::Batch::default();
+        self.staged_runs.clear();
         let mut answers = Vec::with_capacity(requests.len());
         let start_pos = self.next_pos;
         let mut staged = Vec::new();
@@ -1485,7 +1739,13 @@ impl Committer {
         }
         let mut recorded = Vec::with_capacity(encoded.len());
         for ((pos, before, bytes, hash), event) in encoded.into_iter().zip(events) {
-            index_event(batch, session_id, &event.event, ts_us);
+            index_event(
+                &self.tree,
+                batch,
+                &mut self.staged_runs,
+                (session_id, pos, before.next_seq, ts_us),
+                &event.event,
+            );
             let mut size_bytes = bytes.len();
             if let Some((digest, apart)) = event.apart {
                 size_bytes += apart.len();

@@ -9,5 +9,6 @@ pub mod rebuild;
 mod session;
 
 pub use session::{
-    Checkpoint, ForkPoint, RunStatus, RunView, SessionMetrics, SessionState, SessionView, ToolView,
+    AttachmentView, Checkpoint, DayCounts, ForkPoint, RunStatus, RunView, SessionMetrics,
+    SessionState, SessionView, StoredRun, StoredSession, ToolView, Transcripts, date_of_us,
 };

@@ -117,10 +117,10 @@ pub fn rebuild(
             report.compared += 1;
             let rebuilt = match &check.run_id {
                 Some(run_id) => match state.run(run_id) {
-                    Some(run) => state.run_summary(run),
+                    Some(run) => to_json(&state.stored_run(run)),
                     None => Value::Null,
                 },
-                None => state.session_summary(),
+                None => to_json(&state.stored()),
             };
             let mut found = Vec::new();
             diff("", &check.stored, &rebuilt, &mut found, 8);
@@ -144,6 +144,10 @@ pub fn rebuild(
     Ok(report)
 }
 
+fn to_json(value: &impl serde::Serialize) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
 /// Folds every session and stores its projections (after an import, whose export
 /// carries only events). Returns the projections written.
 pub fn store_all(journal: &Journal) -> Result<u64, turnstile_journal::Error> {
@@ -159,12 +163,12 @@ pub fn store_all(journal: &Journal) -> Result<u64, turnstile_journal::Error> {
     for (session_id, state) in &states {
         journal.put_projection(
             &format!("session/{session_id}"),
-            state.session_summary().to_string().as_bytes(),
+            to_json(&state.stored()).to_string().as_bytes(),
         )?;
         for run in &state.runs {
             journal.put_projection(
                 &format!("run/{}", run.run_id),
-                state.run_summary(run).to_string().as_bytes(),
+                to_json(&state.stored_run(run)).to_string().as_bytes(),
             )?;
             written += 1;
         }

@@ -1,16 +1,23 @@
-//! The session fold: the session's own facts, its harness transcripts, and a view of
-//! each of its runs with the checkpoints a continuation can start from.
+//! The session fold: the session's own facts, the length of each harness transcript,
+//! and a view of each of its runs with the checkpoints a continuation can start from.
+//!
+//! The fold is incremental: a state holds the session's facts and the runs it has
+//! folded and not yet retired (the open ones, at least), and applies each new record
+//! once. Its stored forms ([`StoredSession`], [`StoredRun`]) are complete, so a state
+//! is resumed from them plus the records after the sequence they are as of, never from
+//! the session's first record. Transcript lines are not part of the state (they grow
+//! with the conversation): [`transcript_lines`] folds them when a harness needs them.
 //!
 //! Client-visible run events are stored as agno-shaped JSON; the fold reads from them
 //! only what a run view needs (streamed content, tool calls, warnings).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use turnstile_journal::{Event, Recorded, RunId, Seq, SessionId};
 
 /// Run status, with agno's wire names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum RunStatus {
     /// Accepted, not started.
@@ -47,7 +54,7 @@ impl RunStatus {
 }
 
 /// One tool call of a run, as agno's `ToolExecution` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolView {
     /// Id of the call.
     pub tool_call_id: String,
@@ -64,7 +71,7 @@ pub struct ToolView {
 }
 
 /// A point a continuation can start from: the end of a tool result batch.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Checkpoint {
     /// Boundary in the run's messages (`messages[..message_index]` are kept).
     pub message_index: u32,
@@ -77,7 +84,7 @@ pub struct Checkpoint {
 }
 
 /// A file attached to a run, as its input lists it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AttachmentView {
     /// File name.
     pub name: String,
@@ -103,7 +110,7 @@ pub struct ForkPoint {
 }
 
 /// A run as the journal tells it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunView {
     /// The run.
     pub run_id: RunId,
@@ -141,6 +148,9 @@ pub struct RunView {
     pub event_count: u64,
     /// Sequence of the run's first record in its session stream.
     pub queued_seq: Seq,
+    /// The run queued before this one in the session (a branch's predecessor, unless
+    /// the run is a continuation).
+    pub previous_run: Option<RunId>,
     /// Submitted with `background=true`.
     pub background: bool,
     /// The last failed attempt: (attempt, error type, retryable).
@@ -180,7 +190,7 @@ impl RunView {
 }
 
 /// The session's own facts.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct SessionView {
     /// Agent the session belongs to (empty before `SessionCreated`).
     pub agent_id: String,
@@ -190,20 +200,47 @@ pub struct SessionView {
     pub created_at_us: i64,
     /// Microseconds since the epoch.
     pub updated_at_us: i64,
+    /// Sequence of the `SessionCreated` that began this session (a session id used
+    /// again after a delete begins a new one; earlier runs are not its own).
+    pub created_seq: u64,
     /// Harness session the next turn resumes (the newest branch).
     pub harness_session_id: Option<String>,
-    /// Every harness session's transcript, oldest line first.
-    pub transcripts: HashMap<String, Vec<String>>,
+    /// Lines of every harness session's transcript.
+    pub transcript_lines: BTreeMap<String, u32>,
     /// Compactions, oldest first: (harness session, summary, messages replaced).
     pub compactions: Vec<(String, String, u32)>,
     /// Metrics summed over the session's completed runs.
     pub metrics: SessionMetrics,
     /// Deleted: the session and its runs read as gone (the journal keeps them).
     pub deleted: bool,
+    /// agno's session name: the first line of the first message, shortened.
+    pub name: String,
+    /// Runs queued in the session.
+    pub run_count: u64,
+    /// The newest run.
+    pub last_run: Option<RunId>,
+    /// Runs with attachments, oldest first, with the sequence they were queued at.
+    pub attachment_runs: Vec<(RunId, u64)>,
+    /// Per day of a run's creation (`YYYY-MM-DD`, UTC), what the session's runs add to
+    /// the daily metrics.
+    pub days: BTreeMap<String, DayCounts>,
+}
+
+/// What one session's runs of one day add to agno's daily metrics.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct DayCounts {
+    /// Runs created that day.
+    pub runs: u64,
+    /// Their user ids.
+    pub users: Vec<String>,
+    /// Token totals of the completed ones (agno's `token_metrics` keys).
+    pub tokens: BTreeMap<String, f64>,
+    /// Completed runs per (model, provider).
+    pub models: Vec<(String, String, u64)>,
 }
 
 /// Token and cost totals of a session's completed runs (agno's `SessionMetrics`).
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct SessionMetrics {
     /// Input tokens.
     pub input_tokens: u64,
@@ -227,7 +264,7 @@ pub struct SessionMetrics {
 }
 
 /// The per-model totals of a session's runs.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ModelDetails {
     /// One entry per model id and provider, in the order first seen.
     pub model: Vec<serde_json::Map<String, serde_json::Value>>,
@@ -285,30 +322,71 @@ impl SessionMetrics {
 }
 
 impl SessionView {
-    /// The transcript the next turn resumes.
-    pub fn transcript(&self) -> &[String] {
+    /// Lines of the transcript the next turn resumes.
+    pub fn transcript_len(&self) -> u32 {
         self.harness_session_id
-            .as_ref()
-            .and_then(|id| self.transcripts.get(id))
-            .map(Vec::as_slice)
-            .unwrap_or_default()
+            .as_deref()
+            .map_or(0, |id| self.lines_of(id))
     }
 
-    fn transcript_len(&self, harness_session_id: &str) -> u32 {
-        self.transcripts
+    /// Lines of one harness session's transcript.
+    pub fn lines_of(&self, harness_session_id: &str) -> u32 {
+        self.transcript_lines
             .get(harness_session_id)
-            .map_or(0, |lines| lines.len() as u32)
+            .copied()
+            .unwrap_or(0)
     }
 }
 
-/// A session and its runs: the fold of one session stream.
+/// The day (`YYYY-MM-DD`, UTC) of a time in microseconds since the epoch.
+pub fn date_of_us(us: i64) -> String {
+    let days = (us / 1_000_000).div_euclid(86_400);
+    // Howard Hinnant's civil-from-days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// The stored form of a session: its facts and its open runs' ids, as of a sequence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredSession {
+    /// The session.
+    pub session_id: SessionId,
+    /// The sequence after the last record folded in.
+    pub as_of_seq: u64,
+    /// Its facts.
+    pub session: SessionView,
+    /// Runs not ended, oldest first (their own stored forms hold them).
+    pub open_runs: Vec<RunId>,
+}
+
+/// The stored form of one run, as of a sequence of its session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredRun {
+    /// The run's session.
+    pub session_id: SessionId,
+    /// The sequence after the last record folded in.
+    pub as_of_seq: u64,
+    /// The run.
+    pub run: RunView,
+}
+
+/// A session and the runs it holds: the fold of one session stream.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionState {
     /// The session.
     pub session_id: SessionId,
     /// Its facts.
     pub session: SessionView,
-    /// Its runs, oldest first.
+    /// The runs this state holds, oldest first: every open run, and the ended runs
+    /// folded since it was resumed and not retired ([`SessionState::retire`]).
     pub runs: Vec<RunView>,
     /// The sequence after the last record folded in.
     pub next_seq: u64,
@@ -337,6 +415,64 @@ impl SessionState {
         state
     }
 
+    /// Resumes a state from its stored form and its open runs' stored forms; `None`
+    /// when an open run's stored form is missing or is not the pending run it was
+    /// (a stop lost a write): the caller then folds from the first record.
+    pub fn resume(stored: StoredSession, open_runs: Vec<Option<StoredRun>>) -> Option<Self> {
+        let mut runs = Vec::with_capacity(open_runs.len());
+        for (run_id, found) in stored.open_runs.iter().zip(open_runs) {
+            let found = found?;
+            // A stored run is written when it is accepted and when it ends; in between
+            // its events are folded from the session's records, which start here after
+            // a pending run (a pending run has no events past its acceptance).
+            if &found.run.run_id != run_id || found.run.status != RunStatus::Pending {
+                return None;
+            }
+            runs.push(found.run);
+        }
+        if runs.len() != stored.open_runs.len() {
+            return None;
+        }
+        Some(SessionState {
+            session_id: stored.session_id,
+            session: stored.session,
+            runs,
+            next_seq: stored.as_of_seq,
+        })
+    }
+
+    /// The stored form of the state.
+    pub fn stored(&self) -> StoredSession {
+        StoredSession {
+            session_id: self.session_id.clone(),
+            as_of_seq: self.next_seq,
+            session: self.session.clone(),
+            open_runs: self.open_runs().map(|run| run.run_id.clone()).collect(),
+        }
+    }
+
+    /// The stored form of one run it holds.
+    pub fn stored_run(&self, run: &RunView) -> StoredRun {
+        StoredRun {
+            session_id: self.session_id.clone(),
+            as_of_seq: self.next_seq,
+            run: run.clone(),
+        }
+    }
+
+    /// Forgets the ended runs (their stored forms keep them); returns how many.
+    pub fn retire(&mut self) -> usize {
+        let before = self.runs.len();
+        self.runs.retain(|run| !run.status.is_terminal());
+        before - self.runs.len()
+    }
+
+    /// Whether a run belongs to this session as it is now (not to an earlier session
+    /// of the same id, deleted since).
+    pub fn owns(&self, run: &RunView) -> bool {
+        run.session_id == self.session_id && run.queued_seq.0 >= self.session.created_seq
+    }
+
     /// Whether the session exists: created, and not deleted since.
     pub fn exists(&self) -> bool {
         !self.session.agent_id.is_empty() && !self.session.deleted
@@ -345,10 +481,6 @@ impl SessionState {
     /// A run by id.
     pub fn run(&self, run_id: &RunId) -> Option<&RunView> {
         self.runs.iter().rev().find(|run| &run.run_id == run_id)
-    }
-
-    fn run_mut(&mut self, run_id: &RunId) -> Option<&mut RunView> {
-        self.runs.iter_mut().rev().find(|run| &run.run_id == run_id)
     }
 
     /// Runs that have not ended, oldest first.
@@ -370,9 +502,14 @@ impl SessionState {
                         ..SessionState::new(self.session_id.clone())
                     };
                 }
-                self.session.agent_id = agent_id.clone();
-                self.session.user_id = user_id.clone();
-                self.session.created_at_us = ts;
+                // A second `SessionCreated` of the same session (concurrent first turns
+                // of older builds) changes nothing.
+                if self.session.agent_id.is_empty() {
+                    self.session.agent_id = agent_id.clone();
+                    self.session.user_id = user_id.clone();
+                    self.session.created_at_us = ts;
+                    self.session.created_seq = record.seq.0;
+                }
             }
             Event::RunQueued {
                 run_id,
@@ -383,6 +520,22 @@ impl SessionState {
             } => {
                 let options_json: serde_json::Value =
                     serde_json::from_str(options).unwrap_or_default();
+                if self.session.run_count == 0 {
+                    self.session.name = input
+                        .lines()
+                        .find(|line| !line.trim().is_empty())
+                        .map(|line| line.chars().take(50).collect())
+                        .unwrap_or_default();
+                }
+                self.session.run_count += 1;
+                let previous_run = self.session.last_run.replace(run_id.clone());
+                let day = self.session.days.entry(date_of_us(ts)).or_default();
+                day.runs += 1;
+                if let Some(user) = user_id
+                    && !day.users.contains(user)
+                {
+                    day.users.push(user.clone());
+                }
                 self.runs.push(RunView {
                     run_id: run_id.clone(),
                     session_id: self.session_id.clone(),
@@ -402,6 +555,7 @@ impl SessionState {
                     attempts: 0,
                     event_count: 0,
                     queued_seq: record.seq,
+                    previous_run,
                     background: options_json["background"].as_bool().unwrap_or(false),
                     last_failure: None,
                     warnings: Vec::new(),
@@ -416,23 +570,21 @@ impl SessionState {
                 });
             }
             Event::TranscriptLineAppended {
-                harness_session_id,
-                line,
-                ..
+                harness_session_id, ..
             } => {
                 self.session.harness_session_id = Some(harness_session_id.clone());
-                self.session
-                    .transcripts
+                *self
+                    .session
+                    .transcript_lines
                     .entry(harness_session_id.clone())
-                    .or_default()
-                    .push(line.clone());
+                    .or_default() += 1;
             }
             Event::AttemptStarted {
                 harness_session_id, ..
             } => {
                 self.session.harness_session_id = Some(harness_session_id.clone());
                 self.session
-                    .transcripts
+                    .transcript_lines
                     .entry(harness_session_id.clone())
                     .or_default();
             }
@@ -442,20 +594,12 @@ impl SessionState {
                 transcript_lines,
                 ..
             } => {
-                let kept: Vec<String> = self
+                let kept = self
                     .session
-                    .transcripts
-                    .get(from_harness_session_id)
-                    .map(|lines| {
-                        lines
-                            .iter()
-                            .take(*transcript_lines as usize)
-                            .cloned()
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                    .lines_of(from_harness_session_id)
+                    .min(*transcript_lines);
                 self.session
-                    .transcripts
+                    .transcript_lines
                     .insert(harness_session_id.clone(), kept);
                 self.session.harness_session_id = Some(harness_session_id.clone());
             }
@@ -467,11 +611,11 @@ impl SessionState {
                 lines,
                 ..
             } => {
-                self.session
-                    .transcripts
+                *self
+                    .session
+                    .transcript_lines
                     .entry(harness_session_id.clone())
-                    .or_default()
-                    .extend(lines.iter().cloned());
+                    .or_default() += lines.len() as u32;
                 self.session.harness_session_id = Some(harness_session_id.clone());
                 self.session.compactions.push((
                     harness_session_id.clone(),
@@ -481,15 +625,12 @@ impl SessionState {
             }
             _ => {}
         }
-        let current_lines = self
-            .session
-            .harness_session_id
-            .as_deref()
-            .map_or(0, |id| self.session.transcript_len(id));
+        let current_lines = self.session.transcript_len();
         let Some(run_id) = record.event.run_id() else {
             return;
         };
-        let Some(run) = self.run_mut(run_id) else {
+        let session = &mut self.session;
+        let Some(run) = self.runs.iter_mut().rev().find(|run| &run.run_id == run_id) else {
             return;
         };
         run.updated_at_us = ts;
@@ -534,7 +675,16 @@ impl SessionState {
                 run.content_type = content_type.clone();
                 run.metrics = Some(metrics.clone());
                 run.transcript_end = current_lines;
-                self.session.metrics.add(metrics);
+                session.metrics.add(metrics);
+                let day = session
+                    .days
+                    .entry(date_of_us(run.created_at_us))
+                    .or_default();
+                day.add_completed(
+                    metrics,
+                    run.model.as_deref().unwrap_or_default(),
+                    run.model_provider.as_deref().unwrap_or_default(),
+                );
             }
             Event::RunFailed {
                 error_type,
@@ -554,12 +704,16 @@ impl SessionState {
                 run.transcript_end = current_lines;
             }
             Event::AttachmentAdded {
+                run_id,
                 name,
                 media_type,
                 sha256,
                 content,
-                ..
             } => {
+                if run.attachments.is_empty() {
+                    let entry = (run_id.clone(), run.queued_seq.0);
+                    session.attachment_runs.push(entry);
+                }
                 run.attachments.push(AttachmentView {
                     name: name.clone(),
                     media_type: media_type.clone(),
@@ -638,40 +792,98 @@ fn apply_wire_event(
     }
 }
 
-impl SessionState {
-    /// The stored form of the session's own facts (without its runs, which are stored
-    /// one key each): what `journal rebuild` compares, with the sequence it is as of.
-    pub fn session_summary(&self) -> serde_json::Value {
-        serde_json::json!({
-            "session_id": self.session_id,
-            "as_of_seq": self.next_seq,
-            "agent_id": self.session.agent_id,
-            "user_id": self.session.user_id,
-            "deleted": self.session.deleted,
-            "metrics": self.session.metrics,
-            "harness_session_id": self.session.harness_session_id,
-            "compactions": self.session.compactions.len(),
-            "runs": self.runs.len(),
-        })
+impl DayCounts {
+    fn add_completed(&mut self, metrics: &str, model: &str, provider: &str) {
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(metrics) else {
+            return;
+        };
+        for key in [
+            "input_tokens",
+            "output_tokens",
+            "total_tokens",
+            "cache_read_tokens",
+            "cache_write_tokens",
+            "reasoning_tokens",
+            "cost",
+        ] {
+            *self.tokens.entry(key.to_owned()).or_default() += value[key].as_f64().unwrap_or(0.0);
+        }
+        match self
+            .models
+            .iter_mut()
+            .find(|(m, p, _)| m == model && p == provider)
+        {
+            Some((_, _, count)) => *count += 1,
+            None => self.models.push((model.to_owned(), provider.to_owned(), 1)),
+        }
+    }
+}
+
+/// Every harness session's transcript lines, oldest first, folded from a session stream
+/// (a fork starts with a prefix of the session it forks; a compaction appends). Only a
+/// harness that starts cold needs them, so they are not part of [`SessionState`].
+#[derive(Debug, Clone, Default)]
+pub struct Transcripts {
+    lines: HashMap<String, Vec<String>>,
+}
+
+impl Transcripts {
+    /// Applies one record.
+    pub fn apply(&mut self, record: &Recorded) {
+        match &record.event {
+            Event::TranscriptLineAppended {
+                harness_session_id,
+                line,
+                ..
+            } => self
+                .lines
+                .entry(harness_session_id.clone())
+                .or_default()
+                .push(line.clone()),
+            Event::HarnessSessionForked {
+                from_harness_session_id,
+                harness_session_id,
+                transcript_lines,
+                ..
+            } => {
+                let kept: Vec<String> = self
+                    .lines
+                    .get(from_harness_session_id)
+                    .map(|lines| {
+                        lines
+                            .iter()
+                            .take(*transcript_lines as usize)
+                            .cloned()
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                self.lines.insert(harness_session_id.clone(), kept);
+            }
+            Event::TranscriptCompacted {
+                harness_session_id,
+                lines,
+                ..
+            } => self
+                .lines
+                .entry(harness_session_id.clone())
+                .or_default()
+                .extend(lines.iter().cloned()),
+            // A session id used again after a delete begins with no transcript.
+            Event::SessionDeleted { .. } => self.lines.clear(),
+            _ => {}
+        }
     }
 
-    /// The stored form of one run: status, content, tools, attempts, events, metrics,
-    /// checkpoints, lineage, attachments, and the sequence it is as of.
-    pub fn run_summary(&self, run: &RunView) -> serde_json::Value {
-        serde_json::json!({
-            "session_id": self.session_id,
-            "as_of_seq": self.next_seq,
-            "run_id": run.run_id,
-            "status": run.status.as_str(),
-            "content": run.content,
-            "content_type": run.content_type,
-            "tools": run.tools.iter().map(|tool| &tool.tool_call_id).collect::<Vec<_>>(),
-            "attempts": run.attempts,
-            "events": run.event_count,
-            "metrics": run.metrics,
-            "checkpoints": run.checkpoints.iter().map(|c| (c.message_index, c.transcript_lines)).collect::<Vec<_>>(),
-            "forked_from": run.fork.as_ref().map(|fork| (fork.from_run_id.to_string(), fork.message_index)),
-            "attachments": run.attachments.len(),
-        })
+    /// One harness session's lines.
+    pub fn of(&self, harness_session_id: &str) -> &[String] {
+        self.lines
+            .get(harness_session_id)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
+
+    /// Takes one harness session's lines.
+    pub fn take(mut self, harness_session_id: &str) -> Vec<String> {
+        self.lines.remove(harness_session_id).unwrap_or_default()
     }
 }

@@ -39,7 +39,7 @@ fn request(
         attempt: 1,
         message: message.into(),
         harness_session_id,
-        transcript,
+        transcript: turnstile_harness::Transcript::from_lines(transcript),
         output_schema: None,
     }
 }

@@ -175,7 +175,7 @@ async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
         let key = format!("run/{run_id}");
         let mut stored: Value =
             serde_json::from_slice(&journal.get_projection(&key).unwrap().unwrap()).unwrap();
-        stored["status"] = "ERROR".into();
+        stored["run"]["status"] = "ERROR".into();
         journal
             .put_projection(&key, stored.to_string().as_bytes())
             .unwrap();
@@ -185,7 +185,7 @@ async fn timeline_export_and_import_tell_and_keep_the_whole_story() {
     assert_eq!(corrupted.status.code(), Some(1));
     assert!(
         lossy(&corrupted.stdout).contains(&format!(
-            "run/{run_id}: status: stored \"ERROR\", rebuilt \"COMPLETED\""
+            "run/{run_id}: run.status: stored \"ERROR\", rebuilt \"COMPLETED\""
         )),
         "{}",
         lossy(&corrupted.stdout)

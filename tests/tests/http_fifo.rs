@@ -58,7 +58,17 @@ async fn a_thousand_concurrent_background_posts_run_in_journal_order_13() {
         if done == 1000 {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "{done} of 1000 done");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{done} of 1000 done: {} listed; not done: {:?}",
+            runs.as_array().unwrap().len(),
+            runs.as_array()
+                .unwrap()
+                .iter()
+                .filter(|run| run["status"] != "COMPLETED")
+                .map(|run| (run["run_id"].clone(), run["status"].clone()))
+                .collect::<Vec<_>>()
+        );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     server.terminate();

@@ -81,12 +81,11 @@ async fn continuing_from_a_checkpoint_forks_the_harness_session_there() {
     )
     .await;
     let source_lines = runtime
-        .session_state(&source.session_id)
+        .session(&source.session_id)
         .unwrap()
         .unwrap()
         .session
-        .transcript()
-        .len();
+        .transcript_len() as usize;
 
     let forked = continue_run(
         &runtime,
@@ -110,12 +109,14 @@ async fn continuing_from_a_checkpoint_forks_the_harness_session_there() {
         (again.status, again.content.as_str(), again.tools.len()),
         (RunStatus::Completed, "done", 2)
     );
-    assert_eq!(
-        state.session.transcripts[source.harness_session_id.as_ref().unwrap()].len(),
-        source_lines
-    );
+    let transcript = |harness_session_id: &Option<String>| {
+        runtime
+            .transcript(&source.session_id, harness_session_id.as_ref().unwrap())
+            .unwrap()
+    };
+    assert_eq!(transcript(&source.harness_session_id).len(), source_lines);
     // The fork kept the transcript up to the first tool result: the Read call, not the Grep call.
-    let fork_lines = &state.session.transcripts[forked.harness_session_id.as_ref().unwrap()];
+    let fork_lines = &transcript(&forked.harness_session_id);
     assert!(
         !fork_lines
             .iter()

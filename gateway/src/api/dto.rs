@@ -147,12 +147,7 @@ pub fn checkpoints(run: &RunView) -> Value {
 
 /// agno's session name: the first line of the session's first message, shortened.
 pub fn session_name(session: &SessionState) -> String {
-    session
-        .runs
-        .first()
-        .and_then(|run| run.input.lines().find(|line| !line.trim().is_empty()))
-        .map(|line| line.chars().take(50).collect())
-        .unwrap_or_default()
+    session.session.name.clone()
 }
 
 /// One item of `GET /sessions` (agno's `SessionSchema`).
@@ -188,7 +183,7 @@ pub fn session_detail(session: &SessionState, sdk: &str, agent_name: &str) -> Va
         "total_tokens": view.metrics.total_tokens,
         "metrics": view.metrics,
         "session_metrics": view.metrics,
-        "metadata": {"sdk": sdk, "harness_session_id": view.harness_session_id, "runs": session.runs.len()},
+        "metadata": {"sdk": sdk, "harness_session_id": view.harness_session_id, "runs": view.run_count},
         "created_at": seconds(view.created_at_us),
         "updated_at": seconds(view.updated_at_us),
     })

@@ -1,10 +1,7 @@
-//! `GET /metrics` (agno's daily aggregates, folded from the journal) and
-//! `GET /metrics/prometheus` (runtime counters in the Prometheus text format).
-//!
-//! The daily aggregates read every session's stream: fine for the journals this build
-//! serves; a stored metrics projection is the way past that (issue 7's rebuild).
+//! `GET /metrics` (agno's daily aggregates, kept by the runtime's directory as sessions
+//! change, so a request costs the days it returns) and `GET /metrics/prometheus`
+//! (runtime counters in the Prometheus text format).
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use axum::Json;
@@ -17,32 +14,31 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use turnstile_journal::SYNC_BUCKETS_US;
 
+use turnstile_actors::directory::TOKEN_KEYS;
+
 use crate::api::AppState;
 use crate::api::error::ApiError;
 
-/// The civil date (UTC) of a Unix time in seconds, as `YYYY-MM-DD` (Hinnant's algorithm).
+/// The civil date (UTC) of a Unix time in seconds, as `YYYY-MM-DD`.
 pub fn date_of(seconds: i64) -> String {
-    let days = seconds.div_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
+    turnstile_projections::date_of_us(seconds.saturating_mul(1_000_000))
 }
 
-#[derive(Default)]
-struct Day {
-    runs: u64,
-    sessions: u64,
-    users: BTreeSet<String>,
-    tokens: BTreeMap<&'static str, f64>,
-    models: BTreeMap<(String, String), u64>,
-    start_s: i64,
+/// The Unix time in seconds of a `YYYY-MM-DD` day's start (Hinnant's days-from-civil).
+fn day_start_s(date: &str) -> i64 {
+    let part = |range: std::ops::Range<usize>| {
+        date.get(range)
+            .and_then(|text| text.parse::<i64>().ok())
+            .unwrap_or(0)
+    };
+    let (year, month, day) = (part(0..4), part(5..7), part(8..10));
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let yoe = year - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    (era * 146_097 + doe - 719_468) * 86_400
 }
 
 /// `starting_date` / `ending_date` filters, `YYYY-MM-DD`.
@@ -72,54 +68,7 @@ pub async fn daily(
 ) -> Result<Json<Value>, ApiError> {
     check_date("starting_date", &query.starting_date)?;
     check_date("ending_date", &query.ending_date)?;
-    let mut days: BTreeMap<String, Day> = BTreeMap::new();
-    let day_of = |us: i64| {
-        (
-            date_of(us / 1_000_000),
-            (us / 1_000_000).div_euclid(86_400) * 86_400,
-        )
-    };
-    for entry in state.runtime.sessions()? {
-        let Some(session) = state.runtime.session_state(&entry.session_id)? else {
-            continue;
-        };
-        let (date, start_s) = day_of(session.session.created_at_us);
-        let day = days.entry(date).or_default();
-        day.sessions += 1;
-        day.start_s = start_s;
-        for run in &session.runs {
-            let (date, start_s) = day_of(run.created_at_us);
-            let day = days.entry(date).or_default();
-            day.start_s = start_s;
-            day.runs += 1;
-            if let Some(user) = &run.user_id {
-                day.users.insert(user.clone());
-            }
-            let Some(metrics) = run
-                .metrics
-                .as_deref()
-                .and_then(|text| serde_json::from_str::<Value>(text).ok())
-            else {
-                continue;
-            };
-            for key in [
-                "input_tokens",
-                "output_tokens",
-                "total_tokens",
-                "cache_read_tokens",
-                "cache_write_tokens",
-                "reasoning_tokens",
-                "cost",
-            ] {
-                *day.tokens.entry(key).or_default() += metrics[key].as_f64().unwrap_or(0.0);
-            }
-            let model = (
-                run.model.clone().unwrap_or_default(),
-                run.model_provider.clone().unwrap_or_default(),
-            );
-            *day.models.entry(model).or_default() += 1;
-        }
-    }
+    let days = state.runtime.directory().days();
     let now = crate::api::now_s();
     let metrics: Vec<Value> = days
         .into_iter()
@@ -136,14 +85,16 @@ pub async fn daily(
                 .is_none_or(|to| date.as_str() <= to)
         })
         .map(|(date, day)| {
-            let tokens: serde_json::Map<String, Value> = day
-                .tokens
+            let tokens: serde_json::Map<String, Value> = TOKEN_KEYS
                 .iter()
+                .zip(day.tokens)
+                // agno lists token keys for days with a completed run only.
+                .filter(|_| !day.models.is_empty())
                 .map(|(key, value)| {
                     let value = if *key == "cost" {
                         json!(value)
                     } else {
-                        json!(*value as u64)
+                        json!(value as u64)
                     };
                     ((*key).to_owned(), value)
                 })
@@ -161,7 +112,7 @@ pub async fn daily(
                 "model_metrics": day.models.iter().map(|((model, provider), count)| json!({
                     "model_id": model, "model_provider": provider, "count": count,
                 })).collect::<Vec<_>>(),
-                "date": day.start_s,
+                "date": day_start_s(&date),
                 "created_at": now,
                 "updated_at": now,
             })
@@ -176,7 +127,7 @@ pub async fn prometheus(State(state): State<AppState>) -> Result<Response, ApiEr
     let counters = runtime.counters();
     let stats = runtime.journal().stats();
     let active = runtime.sessions_in_memory().await? as u64;
-    let sessions = runtime.sessions()?.len() as u64;
+    let sessions = runtime.directory().len() as u64;
     let mut text = String::new();
     let mut metric = |name: &str, kind: &str, help: &str, samples: &[(&str, f64)]| {
         let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -263,7 +214,7 @@ pub async fn prometheus(State(state): State<AppState>) -> Result<Response, ApiEr
 
 #[cfg(test)]
 mod tests {
-    use super::date_of;
+    use super::{date_of, day_start_s};
 
     #[test]
     fn civil_dates() {
@@ -271,5 +222,11 @@ mod tests {
         assert_eq!(date_of(951_782_400), "2000-02-29");
         assert_eq!(date_of(1_796_040_000), "2026-11-30");
         assert_eq!(date_of(-86_400), "1969-12-31");
+        for seconds in [0, 951_782_400, 1_796_040_000, -86_400, 1_709_164_800] {
+            assert_eq!(
+                day_start_s(&date_of(seconds)),
+                seconds.div_euclid(86_400) * 86_400
+            );
+        }
     }
 }

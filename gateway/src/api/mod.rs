@@ -31,7 +31,7 @@ use turnstile_journal::limits::{
     IDEMPOTENCY_KEY_BYTES_MAX, MESSAGE_BYTES_MAX, OUTPUT_SCHEMA_BYTES_MAX, USER_ID_BYTES_MAX,
 };
 use turnstile_journal::{EventIndex, RunId, SessionId};
-use turnstile_projections::{RunView, SessionState};
+use turnstile_projections::{RunStatus, RunView, SessionState};
 
 use crate::api::error::ApiError;
 use crate::api::form::Fields;
@@ -703,7 +703,7 @@ fn positive(
 fn find_session(state: &AppState, session_id: &str) -> Result<SessionState, ApiError> {
     let not_found = || ApiError::NotFound(format!("Session {session_id} not found"));
     let parsed = SessionId::parse(session_id).map_err(|_| not_found())?;
-    state.runtime.session_state(&parsed)?.ok_or_else(not_found)
+    state.runtime.session(&parsed)?.ok_or_else(not_found)
 }
 
 fn sdk_of(runtime: &Runtime, agent_id: &str) -> String {
@@ -754,53 +754,22 @@ async fn list_sessions(
             )));
         }
     };
-    let mut sessions: Vec<_> = state
-        .runtime
-        .sessions()?
-        .into_iter()
-        .filter(|_| agent_sessions)
-        .filter(|entry| {
-            query
-                .component_id
-                .as_deref()
-                .is_none_or(|agent| agent == entry.agent_id)
-        })
-        .filter(|entry| {
-            query
-                .user_id
-                .as_deref()
-                .is_none_or(|user| entry.user_id.as_deref() == Some(user))
-        })
-        .collect();
-    sessions
-        .sort_by(|a, b| (a.created_at_us, &a.session_id).cmp(&(b.created_at_us, &b.session_id)));
-    if descending {
-        sessions.reverse();
-    }
-    // A name filter needs each session's first message: only then are streams read.
-    if let Some(wanted) = query.session_name.as_deref().map(str::to_lowercase) {
-        let mut named = Vec::new();
-        for entry in sessions {
-            let matches = state
-                .runtime
-                .session_state(&entry.session_id)?
-                .is_some_and(|session| {
-                    dto::session_name(&session).to_lowercase().contains(&wanted)
-                });
-            if matches {
-                named.push(entry);
-            }
-        }
-        sessions = named;
-    }
-    let total_count = sessions.len();
-    let mut data = Vec::new();
-    for entry in sessions
-        .iter()
-        .skip((page - 1).saturating_mul(limit))
-        .take(limit)
-    {
-        if let Some(session) = state.runtime.session_state(&entry.session_id)? {
+    let filter = turnstile_actors::directory::SessionFilter {
+        agent_id: query.component_id.clone(),
+        user_id: query.user_id.clone(),
+        name_contains: query.session_name.clone(),
+    };
+    let (entries, total_count) = if agent_sessions {
+        state
+            .runtime
+            .directory()
+            .page(&filter, descending, (page - 1).saturating_mul(limit), limit)
+    } else {
+        (Vec::new(), 0)
+    };
+    let mut data = Vec::with_capacity(entries.len());
+    for entry in entries {
+        if let Some(session) = state.runtime.session(&entry.session_id)? {
             data.push(dto::session_summary(
                 &session,
                 &sdk_of(&state.runtime, &entry.agent_id),
@@ -832,7 +801,11 @@ async fn get_session_runs(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let session = find_session(&state, &session_id)?;
     let name = agent_name_of(&state.runtime, &session.session.agent_id);
-    let runs: Vec<&RunView> = session.runs.iter().collect();
+    let runs = state
+        .runtime
+        .session_runs(&session.session_id)?
+        .unwrap_or_default();
+    let runs: Vec<&RunView> = runs.iter().collect();
     Ok(Json(runs_json(&state, &runs, &name).await?))
 }
 
@@ -855,48 +828,62 @@ async fn delete_session(
 struct AgentRunsQuery {
     session_id: Option<String>,
     status: Option<String>,
+    limit: Option<String>,
+    page: Option<String>,
 }
 
-/// `GET /agents/{agent_id}/runs?session_id=&status=`: this agent's runs, oldest first.
+/// `GET /agents/{agent_id}/runs?session_id=&status=&limit=&page=`: this agent's runs,
+/// newest first, paginated like `/sessions`. A page reads the runs it shows; the count
+/// reads the agent's run index.
 async fn list_agent_runs(
     State(state): State<AppState>,
     Path(agent_id): Path<String>,
     Query(query): Query<AgentRunsQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let agent = find_agent(&state.runtime, &agent_id)?;
-    let status = query.status.as_deref().map(str::to_ascii_uppercase);
-    if let Some(status) = status.as_deref()
-        && !["PENDING", "RUNNING", "COMPLETED", "ERROR", "CANCELLED"].contains(&status)
+    let limit = positive("limit", query.limit.as_deref(), 20, 100)?;
+    let page = positive("page", query.page.as_deref(), 1, 1_000_000)?;
+    let status = match query
+        .status
+        .as_deref()
+        .map(str::to_ascii_uppercase)
+        .as_deref()
     {
-        return Err(ApiError::Unprocessable(format!(
-            "status must be a run status, got {status:?}"
-        )));
-    }
-    let sessions: Vec<SessionId> = match query.session_id.as_deref() {
-        Some(session_id) => vec![find_session(&state, session_id)?.session_id],
+        None => None,
+        Some("PENDING") => Some(RunStatus::Pending),
+        Some("RUNNING") => Some(RunStatus::Running),
+        Some("COMPLETED") => Some(RunStatus::Completed),
+        Some("ERROR") => Some(RunStatus::Error),
+        Some("CANCELLED") => Some(RunStatus::Cancelled),
+        Some(other) => {
+            return Err(ApiError::Unprocessable(format!(
+                "status must be a run status, got {other:?}"
+            )));
+        }
+    };
+    let skip = (page - 1).saturating_mul(limit);
+    let (runs, total_count) = match query.session_id.as_deref() {
+        Some(session_id) => {
+            let session = find_session(&state, session_id)?;
+            let mut runs: Vec<RunView> = state
+                .runtime
+                .session_runs(&session.session_id)?
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|run| run.agent_id == agent.id)
+                .filter(|run| status.is_none_or(|status| run.status == status))
+                .collect();
+            runs.reverse();
+            let total = runs.len();
+            (runs.into_iter().skip(skip).take(limit).collect(), total)
+        }
         None => state
             .runtime
-            .sessions()?
-            .into_iter()
-            .filter(|entry| entry.agent_id == agent.id)
-            .map(|entry| entry.session_id)
-            .collect(),
+            .agent_runs(&agent.id, status, skip, limit, true)?,
     };
-    let mut states = Vec::new();
-    for session_id in sessions {
-        if let Some(session) = state.runtime.session_state(&session_id)? {
-            states.push(session);
-        }
-    }
-    let runs: Vec<&RunView> = states
-        .iter()
-        .flat_map(|session| session.runs.iter())
-        .filter(|run| run.agent_id == agent.id)
-        .filter(|run| {
-            status
-                .as_deref()
-                .is_none_or(|status| run.status.as_str() == status)
-        })
-        .collect();
-    Ok(Json(runs_json(&state, &runs, &agent.name).await?))
+    let runs: Vec<&RunView> = runs.iter().collect();
+    Ok(Json(json!({
+        "data": runs_json(&state, &runs, &agent.name).await?,
+        "meta": {"page": page, "limit": limit, "total_pages": total_count.div_ceil(limit), "total_count": total_count},
+    })))
 }

@@ -59,8 +59,9 @@ pub(super) fn on_line(line: &str, turn: &mut ClaudeTurn, context: LineContext<'_
         Some("system") if message["subtype"] == "compact_boundary" && !turn.compacting => {
             // Counted once, when it happens: every line so far precedes the boundary.
             turn.compacting = true;
+            let earlier = context.transcript.lines().unwrap_or_default();
             turn.pre_compact_messages =
-                conversation_messages(context.transcript.iter().chain(context.mirrored));
+                conversation_messages(earlier.iter().chain(context.mirrored));
         }
         Some("result") => {
             steps.push(Step::Mirror(None));

@@ -82,8 +82,8 @@ pub enum Step {
 /// What the dialect may read while it turns a line into steps.
 #[derive(Debug, Clone, Copy)]
 pub struct LineContext<'a> {
-    /// The transcript the turn started from.
-    pub transcript: &'a [String],
+    /// The transcript the turn started from (its lines are read on demand).
+    pub transcript: &'a crate::Transcript,
     /// The lines mirrored in this turn so far.
     pub mirrored: &'a [String],
 }
@@ -253,6 +253,7 @@ impl<D: Dialect> CliHarness<D> {
         let state_dir = std::path::absolute(settings.state_dir)
             .map_err(|e| io_error("resolving the state directory", e))?;
         let config_dir = state_dir.join(request.session_id.as_str());
+        let lines = request.transcript.lines()?;
         let (harness_session_id, resume) = match &request.harness_session_id {
             Some(id) if !request.transcript.is_empty() => (id.clone(), true),
             // A fresh session, or a fork that keeps nothing (continuing from message 0).
@@ -264,16 +265,13 @@ impl<D: Dialect> CliHarness<D> {
             ),
         };
         let text = if resume {
-            restored_text(&*self.dialect, &request.transcript, &harness_session_id)
+            restored_text(&*self.dialect, &lines, &harness_session_id)
         } else {
             String::new()
         };
-        let path = self.dialect.transcript_path(
-            &config_dir,
-            &cwd,
-            &harness_session_id,
-            &request.transcript,
-        );
+        let path = self
+            .dialect
+            .transcript_path(&config_dir, &cwd, &harness_session_id, &lines);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| io_error("creating the config dir", e))?;
         }
@@ -291,8 +289,7 @@ impl<D: Dialect> CliHarness<D> {
             output_schema: schema,
         })?;
         command.current_dir(&cwd).envs(settings.env);
-        let seen: HashSet<String> = request
-            .transcript
+        let seen: HashSet<String> = lines
             .iter()
             .filter_map(|line| self.dialect.line_identity(line))
             .collect();
@@ -353,7 +350,7 @@ impl<D: Dialect> CliHarness<D> {
                     // from the transcript as journaled now.
                     tracing::warn!(session_id = %request.session_id, cli = D::CLI, "warm CLI process died; starting a new one");
                     cli.kill();
-                    request.transcript.append(&mut state.mirrored);
+                    request.transcript.extend(state.mirrored.drain(..));
                     continue;
                 }
                 TurnEnd::Died(message) => {
@@ -453,7 +450,7 @@ impl<D: Dialect> CliHarness<D> {
             attempt: 1,
             message: self.dialect.compact_message(),
             harness_session_id: Some(request.harness_session_id.clone()),
-            transcript: request.transcript.clone(),
+            transcript: crate::Transcript::from_lines(request.transcript.clone()),
             output_schema: None,
         };
         let collect = tokio::spawn(async move {

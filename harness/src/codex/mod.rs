@@ -349,7 +349,7 @@ mod tests {
             attempt: 1,
             message: "hi".into(),
             harness_session_id: None,
-            transcript: Vec::new(),
+            transcript: crate::Transcript::default(),
             output_schema: None,
         };
         let error = harness
