@@ -45,7 +45,7 @@ async fn main() -> anyhow::Result<()> {
     println!("run {} in session {}", run.run_id, run.session_id);
     while let Some(event) = run.events().next().await {
         let event = event?;
-        println!("#{} {} {}", event.event_index, event.event_type, event.data);
+        println!("#{} {:?}", event.event_index, event.event);
     }
     let view = run.outcome().await?;
     println!(

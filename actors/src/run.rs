@@ -10,52 +10,49 @@
 //! costs two syncs (accepted; everything else), not three.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
-use turnstile_harness::{
-    ErrorKind, Harness, HarnessError, HarnessEvent, ToolCall, TurnOutcome, TurnRequest,
-};
+use turnstile_harness::{ErrorKind, Harness, HarnessError, HarnessEvent, TurnOutcome, TurnRequest};
 use turnstile_journal::limits::HARNESS_EVENTS_BUFFERED;
-use turnstile_journal::{Event, EventIndex, Expected, Journal, Recorded, RunId, SessionId};
+use turnstile_journal::{
+    Event, EventIndex, Expected, Journal, Recorded, RunEvent, RunId, SessionId, Warning,
+};
 
-/// A client-visible run event: agno's event JSON and its index in the run.
+/// A client-visible run event, typed, with its index in the run and when it was
+/// journaled (the gateway renders it in the HTTP API's shape).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WireEvent {
     /// The run.
     pub run_id: RunId,
     /// Contiguous from 0 per run.
     pub event_index: EventIndex,
-    /// `RunStarted`, `RunContent`, ..., `RunCompleted`.
-    pub event_type: String,
-    /// The JSON object, as an inline stream sends it (no `event_index`).
-    pub data: String,
+    /// When it was journaled, microseconds since the epoch.
+    pub ts_us: i64,
+    /// What happened.
+    pub event: RunEvent,
 }
 
 impl WireEvent {
     /// Whether this event ends the run's stream.
     pub fn is_terminal(&self) -> bool {
-        matches!(
-            self.event_type.as_str(),
-            "RunCompleted" | "RunError" | "RunCancelled"
-        )
+        self.event.is_terminal()
     }
 
-    /// The wire event a journal record carries, if it carries one.
+    /// The run event a journal record carries, if it carries one.
     pub fn from_record(record: &Recorded) -> Option<WireEvent> {
         match &record.event {
             Event::RunEventEmitted {
                 run_id,
                 event_index,
-                event_type,
-                data,
+                event,
             } => Some(WireEvent {
                 run_id: run_id.clone(),
                 event_index: *event_index,
-                event_type: event_type.clone(),
-                data: data.clone(),
+                ts_us: record.ts_us,
+                event: event.clone(),
             }),
             _ => None,
         }
@@ -66,58 +63,22 @@ impl WireEvent {
 /// a harness session cannot be resumed (rare: rendered only then).
 pub(crate) type FallbackPrompt = Box<dyn FnOnce() -> String + Send>;
 
-/// Who a run's events are about, for the fields every agno event carries.
+/// Which run the events are about.
 #[derive(Debug, Clone)]
 pub(crate) struct RunIdentity {
     pub run_id: RunId,
     pub session_id: SessionId,
-    pub agent_id: String,
-    pub agent_name: String,
-}
-
-pub(crate) fn now_s() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 impl RunIdentity {
-    /// agno's event object: the common fields, then the type's own.
-    pub(crate) fn wire(&self, event_type: &str, fields: Value) -> String {
-        let mut object = json!({
-            "created_at": now_s(),
-            "event": event_type,
-            "agent_id": self.agent_id,
-            "agent_name": self.agent_name,
-            "run_id": self.run_id,
-            "session_id": self.session_id,
-        });
-        if let (Some(target), Value::Object(extra)) = (object.as_object_mut(), fields) {
-            target.extend(extra);
-        }
-        object.to_string()
-    }
-
-    pub(crate) fn emitted(&self, index: EventIndex, event_type: &str, fields: Value) -> Event {
+    /// The journal event of a run event at `index`.
+    pub(crate) fn emitted(&self, index: EventIndex, event: RunEvent) -> Event {
         Event::RunEventEmitted {
             run_id: self.run_id.clone(),
             event_index: index,
-            event_type: event_type.to_owned(),
-            data: self.wire(event_type, fields),
+            event,
         }
     }
-}
-
-fn tool_json(tool: &ToolCall) -> Value {
-    json!({
-        "tool_call_id": tool.tool_call_id,
-        "tool_name": tool.tool_name,
-        "tool_args": serde_json::from_str::<Value>(&tool.tool_args).unwrap_or(Value::Null),
-        "result": tool.result,
-        "tool_call_error": tool.tool_call_error,
-        "parent_tool_call_id": tool.parent_tool_call_id,
-    })
 }
 
 /// What the run task hands back to its session actor.
@@ -237,13 +198,11 @@ impl RunTask {
                     && self.fallback_prompt.is_some() =>
                 {
                     // The harness session is gone: start a fresh one seeded with the history.
-                    let warning = json!({"warning": {
-                        "type": "session_fallback",
-                        "message": "The harness session could not be resumed; the turn ran on a fresh session seeded with the conversation history.",
-                        "error": message,
-                    }});
+                    let warning = RunEvent::Warning {
+                        warning: Warning::SessionFallback { error: message },
+                    };
                     let index = self.take_index();
-                    let event = self.identity.emitted(index, "CustomEvent", warning);
+                    let event = self.identity.emitted(index, warning);
                     if let Err(error) = self.append(vec![event], &mut records).await {
                         break self.failed("journal_error", &error, false);
                     }
@@ -285,15 +244,15 @@ impl RunTask {
             let index = self.take_index();
             events.push(self.identity.emitted(
                 index,
-                "CustomEvent",
-                json!({"warning": {
-                    "type": "retry",
-                    "attempt": attempt,
-                    "attempts": max_attempts,
-                    "delay": delay_s,
-                    "error_type": kind.slug(),
-                    "message": message,
-                }}),
+                RunEvent::Warning {
+                    warning: Warning::Retry {
+                        attempt,
+                        attempts: max_attempts,
+                        delay_s,
+                        error_type: kind.slug().to_owned(),
+                        message: message.clone(),
+                    },
+                },
             ));
             if let Err(error) = self.append(events, &mut records).await {
                 break self.failed("journal_error", &error, false);
@@ -421,14 +380,10 @@ impl RunTask {
         started: Instant,
         first_token: Option<f64>,
     ) -> Vec<Event> {
-        let (content, content_type, wire_content) = match self.structured(&outcome.content) {
+        let (content, content_type) = match self.structured(&outcome.content) {
             Err(message) => return self.failed("output_validation", &message, false),
-            Ok(Some((value, title))) => (value.to_string(), title, value),
-            Ok(None) => (
-                outcome.content.clone(),
-                "str".to_owned(),
-                serde_json::Value::String(outcome.content.clone()),
-            ),
+            Ok(Some((value, title))) => (value.to_string(), title),
+            Ok(None) => (outcome.content.clone(), "str".to_owned()),
         };
         let usage = &outcome.usage;
         let models: Vec<Value> = if usage.models.is_empty() {
@@ -479,8 +434,11 @@ impl RunTask {
         vec![
             self.identity.emitted(
                 index,
-                "RunCompleted",
-                json!({"content": wire_content, "content_type": content_type, "metrics": metrics}),
+                RunEvent::Completed {
+                    content: content.clone(),
+                    content_type: content_type.clone(),
+                    metrics: metrics.to_string(),
+                },
             ),
             Event::RunCompleted {
                 run_id: self.identity.run_id.clone(),
@@ -528,24 +486,18 @@ impl RunTask {
             }
             HarnessEvent::ContentDelta { text } => {
                 let index = self.take_index();
-                self.identity.emitted(
-                    index,
-                    "RunContent",
-                    json!({"content": text, "content_type": "str"}),
-                )
+                self.identity
+                    .emitted(index, RunEvent::ContentDelta { text })
             }
             HarnessEvent::ToolCallStarted { tool } => {
                 let index = self.take_index();
                 self.identity
-                    .emitted(index, "ToolCallStarted", json!({"tool": tool_json(&tool)}))
+                    .emitted(index, RunEvent::ToolCallStarted { tool })
             }
             HarnessEvent::ToolCallCompleted { tool } => {
                 let index = self.take_index();
-                self.identity.emitted(
-                    index,
-                    "ToolCallCompleted",
-                    json!({"tool": tool_json(&tool)}),
-                )
+                self.identity
+                    .emitted(index, RunEvent::ToolCallCompleted { tool })
             }
             HarnessEvent::Compacted {
                 summary,
@@ -615,8 +567,9 @@ pub(crate) fn cancelled_events(identity: &RunIdentity, index: EventIndex) -> Vec
     vec![
         identity.emitted(
             index,
-            "RunCancelled",
-            json!({"reason": "Run cancelled", "content": "Run cancelled"}),
+            RunEvent::Cancelled {
+                reason: "Run cancelled".into(),
+            },
         ),
         Event::RunCancelled {
             run_id: identity.run_id.clone(),
@@ -657,8 +610,10 @@ pub(crate) fn failed_events(
     vec![
         identity.emitted(
             index,
-            "RunError",
-            json!({"content": message, "error_type": error_type}),
+            RunEvent::Failed {
+                error_type: error_type.to_owned(),
+                message: message.to_owned(),
+            },
         ),
         Event::RunFailed {
             run_id: identity.run_id.clone(),

@@ -21,7 +21,9 @@ use tokio::sync::{Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 use turnstile_harness::{CompactRequest, Compaction, TurnRequest};
 use turnstile_journal::limits::{RUN_BROADCAST_EVENTS, SESSION_MAILBOX_MESSAGES};
-use turnstile_journal::{Event, EventIndex, Expected, Journal, Recorded, RunId, Seq, SessionId};
+use turnstile_journal::{
+    Event, EventIndex, Expected, Journal, Recorded, RunEvent, RunId, Seq, SessionId, Warning,
+};
 use turnstile_projections::{RunStatus, RunView, SessionState};
 
 /// Earlier runs of the branch whose attachments a turn stages again.
@@ -91,13 +93,6 @@ impl Shared {
 
     fn remove_live(&self, run_id: &RunId) -> Option<broadcast::Sender<Arc<WireEvent>>> {
         self.live_runs.lock().ok()?.remove(run_id)
-    }
-
-    fn agent_name(&self, agent_id: &str) -> String {
-        self.agents
-            .get(agent_id)
-            .map(|agent| agent.name.clone())
-            .unwrap_or_else(|| agent_id.to_owned())
     }
 }
 
@@ -199,12 +194,10 @@ impl SessionActor {
         }
     }
 
-    fn identity(&self, run_id: &RunId, agent_id: &str) -> RunIdentity {
+    fn identity(&self, run_id: &RunId) -> RunIdentity {
         RunIdentity {
             run_id: run_id.clone(),
             session_id: self.session_id.clone(),
-            agent_id: agent_id.to_owned(),
-            agent_name: self.shared.agent_name(agent_id),
         }
     }
 
@@ -270,7 +263,7 @@ impl SessionActor {
         let mut endings = Vec::new();
         let open: Vec<_> = self.state.open_runs().cloned().collect();
         for run in open {
-            let identity = self.identity(&run.run_id, &run.agent_id);
+            let identity = self.identity(&run.run_id);
             let index = EventIndex(run.event_count);
             let Some(agent) = self.shared.agents.get(&run.agent_id) else {
                 let message = format!("Agent {} is no longer configured.", run.agent_id);
@@ -361,7 +354,7 @@ impl SessionActor {
             tracing::error!(run_id = %head.run_id, "queued run missing from the session state");
             return self.pump(ctx);
         };
-        let identity = self.identity(&run.run_id, &run.agent_id);
+        let identity = self.identity(&run.run_id);
         let Some(agent) = self.shared.agents.get(&run.agent_id).cloned() else {
             return self.pump(ctx);
         };
@@ -384,20 +377,21 @@ impl SessionActor {
             });
             events.push(identity.emitted(
                 next_index,
-                "RunStarted",
-                json!({"model": info.model, "model_provider": info.model_provider}),
+                RunEvent::Started {
+                    model: info.model.clone(),
+                    model_provider: info.model_provider.clone(),
+                },
             ));
             next_index = next_index.next();
         }
         if !changed_files.is_empty() {
             events.push(identity.emitted(
                 next_index,
-                "CustomEvent",
-                json!({"warning": {
-                    "type": "attachments_changed",
-                    "message": "Kept attachments were changed in the workspace since they were attached; the workspace's versions were left as they are.",
-                    "files": changed_files,
-                }}),
+                RunEvent::Warning {
+                    warning: Warning::AttachmentsChanged {
+                        files: changed_files,
+                    },
+                },
             ));
             next_index = next_index.next();
         }
@@ -644,12 +638,7 @@ impl SessionActor {
     ) {
         let journal = self.shared.journal.clone();
         let session_id = self.session_id.clone();
-        let agent_id = self
-            .state
-            .run(&run_id)
-            .map(|run| run.agent_id.clone())
-            .unwrap_or_default();
-        let identity = self.identity(&run_id, &agent_id);
+        let identity = self.identity(&run_id);
         ctx.spawn(
             async move {
                 let appended = journal
@@ -719,13 +708,10 @@ fn fallback_ending(
         match &event {
             Event::RunEventEmitted {
                 event_index,
-                event_type,
+                event: run_event,
                 ..
             } => {
-                let ending = matches!(
-                    event_type.as_str(),
-                    "RunCompleted" | "RunError" | "RunCancelled"
-                );
+                let ending = run_event.is_terminal();
                 if next_index.is_none() && !ending && fits(&event) {
                     kept.push(event);
                 } else if next_index.is_none() {
@@ -1010,7 +996,7 @@ impl Handler<CancelRunMsg> for SessionActor {
         let Some(run) = self.state.run(&run_id).cloned() else {
             return false;
         };
-        let identity = self.identity(&run_id, &run.agent_id);
+        let identity = self.identity(&run_id);
         let terminal = cancelled_events(&identity, EventIndex(run.event_count));
         self.end_run(run_id, terminal, None, ctx);
         true

@@ -6,7 +6,7 @@
 //! events, the full text is one `journal export` away.
 
 use serde_json::Value;
-use turnstile_journal::{Event, Recorded, RunId};
+use turnstile_journal::{Event, Recorded, RunEvent, RunId};
 
 fn clip(text: &str, max: usize) -> String {
     let one_line = text.replace('\n', "⏎");
@@ -152,51 +152,43 @@ fn describe(event: &Event) -> Option<String> {
             content.len(),
             sha256.get(..12).unwrap_or(sha256)
         ),
-        Event::RunEventEmitted {
-            run_id,
-            event_type,
-            data,
-            ..
-        } => {
-            let data: Value = serde_json::from_str(data).unwrap_or_default();
-            match event_type.as_str() {
-                "ToolCallCompleted" => {
-                    let tool = &data["tool"];
-                    format!(
-                        "run …{} tool {}({}) → {}{}",
-                        short(run_id),
-                        tool["tool_name"].as_str().unwrap_or("?"),
-                        clip(&tool["tool_args"].to_string(), 50),
-                        clip(tool["result"].as_str().unwrap_or(""), 50),
-                        if tool["tool_call_error"] == true {
-                            " [error]"
-                        } else {
-                            ""
-                        }
-                    )
-                }
-                "CustomEvent" if !data["warning"].is_null() => {
-                    let warning = &data["warning"];
-                    match warning["type"].as_str() {
-                        Some("retry") => format!(
-                            "run …{} retry after attempt {} of {}, in {}s: {}",
-                            short(run_id),
-                            warning["attempt"],
-                            warning["attempts"],
-                            warning["delay"],
-                            clip(warning["message"].as_str().unwrap_or(""), 60)
-                        ),
-                        _ => format!(
-                            "run …{} warning {}: {}",
-                            short(run_id),
-                            warning["type"],
-                            clip(warning["message"].as_str().unwrap_or(""), 80)
-                        ),
+        Event::RunEventEmitted { run_id, event, .. } => match event {
+            RunEvent::ToolCallCompleted { tool } => {
+                let tool = &crate::api::events::tool_json(tool);
+                format!(
+                    "run …{} tool {}({}) → {}{}",
+                    short(run_id),
+                    tool["tool_name"].as_str().unwrap_or("?"),
+                    clip(&tool["tool_args"].to_string(), 50),
+                    clip(tool["result"].as_str().unwrap_or(""), 50),
+                    if tool["tool_call_error"] == true {
+                        " [error]"
+                    } else {
+                        ""
                     }
-                }
-                _ => return None,
+                )
             }
-        }
+            RunEvent::Warning { warning } => {
+                let warning = &crate::api::events::warning_json(warning);
+                match warning["type"].as_str() {
+                    Some("retry") => format!(
+                        "run …{} retry after attempt {} of {}, in {}s: {}",
+                        short(run_id),
+                        warning["attempt"],
+                        warning["attempts"],
+                        warning["delay"],
+                        clip(warning["message"].as_str().unwrap_or(""), 60)
+                    ),
+                    _ => format!(
+                        "run …{} warning {}: {}",
+                        short(run_id),
+                        warning["type"],
+                        clip(warning["message"].as_str().unwrap_or(""), 80)
+                    ),
+                }
+            }
+            _ => return None,
+        },
         Event::TranscriptLineAppended { .. } => return None,
     })
 }

@@ -170,22 +170,8 @@ impl Transcript {
     }
 }
 
-/// One tool call, as agno's `ToolExecution` describes it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolCall {
-    /// The harness's id of the call.
-    pub tool_call_id: String,
-    /// Tool name.
-    pub tool_name: String,
-    /// Arguments as JSON text.
-    pub tool_args: String,
-    /// Result text, once completed.
-    pub result: Option<String>,
-    /// Whether the tool reported an error.
-    pub tool_call_error: bool,
-    /// The call that spawned this one (subagents).
-    pub parent_tool_call_id: Option<String>,
-}
+/// One tool call (the journal's type: a harness reports it as the journal records it).
+pub use turnstile_journal::ToolCall;
 
 /// What a harness reports while a turn runs.
 #[derive(Debug, Clone, PartialEq)]

@@ -15,7 +15,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use turnstile_journal::{Event, EventIndex, Expected, Journal, JournalOptions, RunId, SessionId};
+use turnstile_journal::{
+    Event, EventIndex, Expected, Journal, JournalOptions, RunEvent, RunId, SessionId,
+};
 
 // The same allocator as the `turnstile` binary.
 #[global_allocator]
@@ -28,8 +30,9 @@ fn event(n: u64) -> Event {
     Event::RunEventEmitted {
         run_id: RunId::parse("bench").unwrap(),
         event_index: EventIndex(n),
-        event_type: "RunContent".into(),
-        data: "x".repeat(EVENT_BYTES - 60),
+        event: RunEvent::ContentDelta {
+            text: "x".repeat(EVENT_BYTES - 60),
+        },
     }
 }
 

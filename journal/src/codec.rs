@@ -14,9 +14,10 @@ use crate::event::Event;
 use crate::ids::{JournalPos, Seq, SessionId};
 use crate::limits::{EVENT_BYTES_CEILING, INLINE_EVENT_BYTES_MAX, RECORD_BYTES_MAX};
 
-/// The record format this build writes and the only one it reads. bincode 2 is
-/// unmaintained (RUSTSEC-2025-0141); moving off it means version 2.
-pub const FORMAT_VERSION: u8 = 1;
+/// The record format this build writes and the only one it reads. Version 2: typed run
+/// events (issue 12). bincode 2 is unmaintained (RUSTSEC-2025-0141); moving off it means
+/// version 3.
+pub const FORMAT_VERSION: u8 = 2;
 
 /// Bytes before the body: version and checksum.
 pub const HEADER_BYTES: usize = 5;

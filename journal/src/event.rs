@@ -61,16 +61,15 @@ pub enum Event {
         /// The line itself (JSON text for the CLIs).
         line: String,
     },
-    /// A client-visible run event (agno's event shape), as streamed.
+    /// A client-visible fact of a run, as its streams show it (typed: the gateway
+    /// renders it in the HTTP API's shape, projections fold it).
     RunEventEmitted {
         /// The run.
         run_id: RunId,
         /// Contiguous from 0 per run.
         event_index: EventIndex,
-        /// `RunStarted`, `RunContent`, `ToolCallStarted`, ...
-        event_type: String,
-        /// The event's JSON object, as clients see it.
-        data: String,
+        /// What happened.
+        event: RunEvent,
     },
     /// The run ended with an answer.
     RunCompleted {
@@ -180,6 +179,130 @@ pub enum Event {
         digest: [u8; 32],
         /// Length of that encoding.
         bytes: u64,
+    },
+}
+
+/// A client-visible fact of a run, in order of its event index.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum RunEvent {
+    /// The run left the queue and started on its harness.
+    Started {
+        /// Model identity recorded on the run.
+        model: String,
+        /// Provider of that model.
+        model_provider: String,
+    },
+    /// A piece of the answer's text.
+    ContentDelta {
+        /// The text.
+        text: String,
+    },
+    /// A tool call began.
+    ToolCallStarted {
+        /// The call.
+        tool: ToolCall,
+    },
+    /// A tool call ended with its result.
+    ToolCallCompleted {
+        /// The call, with its result.
+        tool: ToolCall,
+    },
+    /// Something the client should know that does not end the run.
+    Warning {
+        /// What.
+        warning: Warning,
+    },
+    /// The run ended with an answer.
+    Completed {
+        /// The answer (JSON text for structured output).
+        content: String,
+        /// `str` or the output schema's title.
+        content_type: String,
+        /// Metrics as JSON text (tokens, cost, timings, per model).
+        metrics: String,
+    },
+    /// The run ended in an error.
+    Failed {
+        /// Error class slug.
+        error_type: String,
+        /// Human message.
+        message: String,
+    },
+    /// The run was cancelled.
+    Cancelled {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl RunEvent {
+    /// Whether the event ends its run's stream.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            RunEvent::Completed { .. } | RunEvent::Failed { .. } | RunEvent::Cancelled { .. }
+        )
+    }
+
+    /// The variant's name, for timelines and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RunEvent::Started { .. } => "Started",
+            RunEvent::ContentDelta { .. } => "ContentDelta",
+            RunEvent::ToolCallStarted { .. } => "ToolCallStarted",
+            RunEvent::ToolCallCompleted { .. } => "ToolCallCompleted",
+            RunEvent::Warning { .. } => "Warning",
+            RunEvent::Completed { .. } => "Completed",
+            RunEvent::Failed { .. } => "Failed",
+            RunEvent::Cancelled { .. } => "Cancelled",
+        }
+    }
+}
+
+/// One tool call of a run.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The harness's id of the call.
+    pub tool_call_id: String,
+    /// Tool name.
+    pub tool_name: String,
+    /// Arguments as JSON text.
+    pub tool_args: String,
+    /// Result text, once completed.
+    pub result: Option<String>,
+    /// Whether the tool reported an error.
+    pub tool_call_error: bool,
+    /// The call that spawned this one (subagents).
+    pub parent_tool_call_id: Option<String>,
+}
+
+/// A warning shown on a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Warning {
+    /// An attempt failed and the run retries after a delay.
+    Retry {
+        /// The attempt that failed (1 for the first).
+        attempt: u32,
+        /// Attempts allowed.
+        attempts: u32,
+        /// Seconds before the next attempt.
+        delay_s: f64,
+        /// Error class slug.
+        error_type: String,
+        /// Human message.
+        message: String,
+    },
+    /// The harness session could not be resumed; the turn ran on a fresh one seeded
+    /// with the conversation's history.
+    SessionFallback {
+        /// The harness's error.
+        error: String,
+    },
+    /// Kept attachments were edited in the workspace since they were attached; the
+    /// workspace's versions were left as they are.
+    AttachmentsChanged {
+        /// The files, relative to the agent's cwd.
+        files: Vec<String>,
     },
 }
 

@@ -20,7 +20,7 @@ mod subscription;
 pub mod verify;
 
 pub use codec::{FORMAT_VERSION, Hash, RecordBody};
-pub use event::Event;
+pub use event::{Event, RunEvent, ToolCall, Warning};
 pub use ids::{EventIndex, IdError, JournalPos, RunId, Seq, SessionId};
 pub use store::{
     AgentRun, AppendQueueFull, Conflict, Expected, IndexedStatus, Journal, JournalOptions,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 use turnstile_journal::{
-    Event, EventIndex, Expected, Journal, JournalOptions, RunId, Seq, SessionId,
+    Event, EventIndex, Expected, Journal, JournalOptions, RunEvent, RunId, Seq, SessionId,
 };
 
 const CHILD_ENV: &str = "TURNSTILE_CRASH_CHILD_DIR";
@@ -61,11 +61,12 @@ fn child(dir: &str) {
                         .map(|i| Event::RunEventEmitted {
                             run_id: RunId::parse("crash").unwrap(),
                             event_index: EventIndex(i as u64),
-                            event_type: "Crash".into(),
-                            data: format!(
-                                "{batch}:{i}:{size}:{}",
-                                "x".repeat(rng.random_range(10..300))
-                            ),
+                            event: RunEvent::ContentDelta {
+                                text: format!(
+                                    "{batch}:{i}:{size}:{}",
+                                    "x".repeat(rng.random_range(10..300))
+                                ),
+                            },
                         })
                         .collect();
                     let records = journal
@@ -163,7 +164,11 @@ fn check(dir: &std::path::Path, acks: &[Ack], kill: usize) {
             record.session_id
         );
         *expected += 1;
-        let Event::RunEventEmitted { data, .. } = &record.event else {
+        let Event::RunEventEmitted {
+            event: RunEvent::ContentDelta { text: data },
+            ..
+        } = &record.event
+        else {
             panic!("unexpected event")
         };
         let fields: Vec<&str> = data.splitn(4, ':').collect();
@@ -187,7 +192,11 @@ fn check(dir: &std::path::Path, acks: &[Ack], kill: usize) {
             ack.batch
         );
         for (i, record) in records.iter().enumerate() {
-            let Event::RunEventEmitted { data, .. } = &record.event else {
+            let Event::RunEventEmitted {
+                event: RunEvent::ContentDelta { text: data },
+                ..
+            } = &record.event
+            else {
                 panic!("unexpected event")
             };
             assert!(

@@ -7,7 +7,8 @@ mod common;
 
 use turnstile_journal::portable::import;
 use turnstile_journal::{
-    Event, EventIndex, Expected, Journal, JournalOptions, JournalPos, RunId, Seq, SessionId,
+    Event, EventIndex, Expected, Journal, JournalOptions, JournalPos, RunEvent, RunId, Seq,
+    SessionId,
 };
 
 fn line(bytes: usize) -> Event {
@@ -22,8 +23,9 @@ fn wire(index: u64, bytes: usize) -> Event {
     Event::RunEventEmitted {
         run_id: RunId::parse("r").unwrap(),
         event_index: EventIndex(index),
-        event_type: "RunCompleted".into(),
-        data: format!("{{\"content\":\"{}\"}}", "z".repeat(bytes)),
+        event: RunEvent::ContentDelta {
+            text: "z".repeat(bytes),
+        },
     }
 }
 

@@ -5,16 +5,17 @@ mod common;
 
 use turnstile_journal::portable::import;
 use turnstile_journal::{
-    Event, EventIndex, Expected, Journal, JournalOptions, RunId, Seq, SessionId,
+    Event, EventIndex, Expected, Journal, JournalOptions, RunEvent, RunId, Seq, SessionId,
 };
 
 fn big_event(n: u64) -> Event {
     Event::RunEventEmitted {
         run_id: RunId::parse("r").unwrap(),
         event_index: EventIndex(n),
-        event_type: "ToolCallCompleted".into(),
         // A large tool result: a few of them fill a segment.
-        data: format!("{n}:{}", "y".repeat(300 * 1024)),
+        event: RunEvent::ContentDelta {
+            text: format!("{n}:{}", "y".repeat(300 * 1024)),
+        },
     }
 }
 

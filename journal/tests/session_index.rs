@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use turnstile_journal::{
-    Event, EventIndex, Expected, Journal, JournalOptions, JournalPos, RunId, Seq, SessionId,
+    Event, EventIndex, Expected, Journal, JournalOptions, JournalPos, RunEvent, RunId, Seq,
+    SessionId,
 };
 
 const SESSIONS: usize = 6;
@@ -19,8 +20,9 @@ fn event(session: usize, n: u64) -> Event {
     Event::RunEventEmitted {
         run_id: RunId::parse("r").unwrap(),
         event_index: EventIndex(n),
-        event_type: "RunContent".into(),
-        data: format!("{session}:{n}"),
+        event: RunEvent::ContentDelta {
+            text: format!("{session}:{n}"),
+        },
     }
 }
 

@@ -5,15 +5,16 @@ mod common;
 
 use turnstile_journal::codec::{self, RecordBody};
 use turnstile_journal::{
-    Event, EventIndex, Expected, Journal, JournalOptions, JournalPos, RunId, SessionId,
+    Event, EventIndex, Expected, Journal, JournalOptions, JournalPos, RunEvent, RunId, SessionId,
 };
 
 fn event(n: u64) -> Event {
     Event::RunEventEmitted {
         run_id: RunId::parse("r").unwrap(),
         event_index: EventIndex(n),
-        event_type: "RunContent".into(),
-        data: format!("{{\"content\":\"part {n}\"}}"),
+        event: RunEvent::ContentDelta {
+            text: format!("part {n}"),
+        },
     }
 }
 

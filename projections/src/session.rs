@@ -8,13 +8,13 @@
 //! the session's first record. Transcript lines are not part of the state (they grow
 //! with the conversation): [`transcript_lines`] folds them when a harness needs them.
 //!
-//! Client-visible run events are stored as agno-shaped JSON; the fold reads from them
-//! only what a run view needs (streamed content, tool calls, warnings).
+//! Client-visible run events are typed ([`RunEvent`]); the fold reads from them what a
+//! run view needs (streamed content, tool calls, warnings). No HTTP shape is known here.
 
 use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
-use turnstile_journal::{Event, Recorded, RunId, Seq, SessionId};
+use turnstile_journal::{Event, Recorded, RunEvent, RunId, Seq, SessionId, Warning};
 
 /// Run status, with agno's wire names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -155,8 +155,8 @@ pub struct RunView {
     pub background: bool,
     /// The last failed attempt: (attempt, error type, retryable).
     pub last_failure: Option<(u32, String, bool)>,
-    /// Warnings shown to the client (retries, fallbacks), as agno's warning objects.
-    pub warnings: Vec<serde_json::Value>,
+    /// Warnings shown to the client (retries, fallbacks, edited attachments).
+    pub warnings: Vec<Warning>,
     /// The continuation point this run started from, if it is a continuation.
     pub fork: Option<ForkPoint>,
     /// The harness session the run's attempts used.
@@ -656,13 +656,10 @@ impl SessionState {
                 }
             }
             Event::RunEventEmitted {
-                event_index,
-                event_type,
-                data,
-                ..
+                event_index, event, ..
             } => {
                 run.event_count = event_index.0 + 1;
-                apply_wire_event(run, event_type, data, current_lines, ts);
+                apply_run_event(run, event, current_lines, ts);
             }
             Event::RunCompleted {
                 content,
@@ -734,36 +731,20 @@ impl SessionState {
     }
 }
 
-fn apply_wire_event(
-    run: &mut RunView,
-    event_type: &str,
-    data: &str,
-    transcript_lines: u32,
-    ts: i64,
-) {
-    let Ok(value) = serde_json::from_str::<serde_json::Value>(data) else {
-        return;
-    };
-    match event_type {
-        "RunContent" => {
-            if let Some(text) = value["content"].as_str() {
-                run.content.push_str(text);
-            }
-        }
-        "ToolCallStarted" | "ToolCallCompleted" => {
-            let tool = &value["tool"];
-            let Some(id) = tool["tool_call_id"].as_str() else {
-                return;
-            };
+fn apply_run_event(run: &mut RunView, event: &RunEvent, transcript_lines: u32, ts: i64) {
+    match event {
+        RunEvent::ContentDelta { text } => run.content.push_str(text),
+        RunEvent::ToolCallStarted { tool } | RunEvent::ToolCallCompleted { tool } => {
             let view = ToolView {
-                tool_call_id: id.to_owned(),
-                tool_name: tool["tool_name"].as_str().unwrap_or_default().to_owned(),
-                tool_args: tool["tool_args"].clone(),
-                result: tool["result"].as_str().map(str::to_owned),
-                tool_call_error: tool["tool_call_error"].as_bool().unwrap_or(false),
-                parent_tool_call_id: tool["parent_tool_call_id"].as_str().map(str::to_owned),
+                tool_call_id: tool.tool_call_id.clone(),
+                tool_name: tool.tool_name.clone(),
+                tool_args: serde_json::from_str(&tool.tool_args).unwrap_or(serde_json::Value::Null),
+                result: tool.result.clone(),
+                tool_call_error: tool.tool_call_error,
+                parent_tool_call_id: tool.parent_tool_call_id.clone(),
             };
-            let position = match run.tools.iter().position(|known| known.tool_call_id == id) {
+            let id = &tool.tool_call_id;
+            let position = match run.tools.iter().position(|known| &known.tool_call_id == id) {
                 Some(position) => {
                     run.tools[position] = view;
                     position
@@ -776,19 +757,22 @@ fn apply_wire_event(
             // Messages are: the user's, then per tool a call and a result, then the
             // answer; so the boundary after tool k's result is 3 + 2k. Subagent calls are
             // not checkpoints: a fork keeps whole top-level batches only.
-            if event_type == "ToolCallCompleted" && tool["parent_tool_call_id"].is_null() {
+            if matches!(event, RunEvent::ToolCallCompleted { .. })
+                && tool.parent_tool_call_id.is_none()
+            {
                 run.checkpoints.push(Checkpoint {
                     message_index: 3 + 2 * position as u32,
                     transcript_lines,
-                    tool_call_id: id.to_owned(),
+                    tool_call_id: id.clone(),
                     created_at_us: ts,
                 });
             }
         }
-        "CustomEvent" if !value["warning"].is_null() => {
-            run.warnings.push(value["warning"].clone());
-        }
-        _ => {}
+        RunEvent::Warning { warning } => run.warnings.push(warning.clone()),
+        RunEvent::Started { .. }
+        | RunEvent::Completed { .. }
+        | RunEvent::Failed { .. }
+        | RunEvent::Cancelled { .. } => {}
     }
 }
 

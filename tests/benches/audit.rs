@@ -13,7 +13,8 @@ use std::time::Instant;
 
 use turnstile_journal::portable::{ExportedRecord, import};
 use turnstile_journal::{
-    Event, EventIndex, Expected, Journal, JournalOptions, JournalPos, RunId, SessionId,
+    Event, EventIndex, Expected, Journal, JournalOptions, JournalPos, RunEvent, RunId, SessionId,
+    ToolCall,
 };
 use turnstile_projections::rebuild::{rebuild, store_all};
 
@@ -40,25 +41,25 @@ fn run_events(run: u64) -> Vec<Event> {
         },
     ];
     for index in 0..16u64 {
-        let event_type = if index % 4 == 1 {
-            "ToolCallCompleted"
+        let event = if index % 4 == 1 {
+            RunEvent::ToolCallCompleted {
+                tool: ToolCall {
+                    tool_call_id: format!("call-{run}-{index}"),
+                    tool_name: "Read".into(),
+                    tool_args: r#"{"path":"src/lib.rs"}"#.into(),
+                    result: Some("ok".into()),
+                    ..ToolCall::default()
+                },
+            }
         } else {
-            "RunContent"
-        };
-        let data = if event_type == "RunContent" {
-            format!(
-                r#"{{"event":"RunContent","content":"part {index} of the answer to turn {run}","run_id":"run-{run}"}}"#
-            )
-        } else {
-            format!(
-                r#"{{"event":"ToolCallCompleted","tool":{{"tool_call_id":"call-{run}-{index}","tool_name":"Read","tool_args":{{"path":"src/lib.rs"}},"result":"ok"}},"run_id":"run-{run}"}}"#
-            )
+            RunEvent::ContentDelta {
+                text: format!("part {index} of the answer to turn {run}"),
+            }
         };
         events.push(Event::RunEventEmitted {
             run_id: run_id.clone(),
             event_index: EventIndex(index),
-            event_type: event_type.into(),
-            data,
+            event,
         });
     }
     events.push(Event::RunCompleted {

@@ -297,3 +297,40 @@ fn the_actors_modules_import_each_other_without_a_circle() {
         );
     }
 }
+
+/// agno's run-event vocabulary (its wire names and warning types, and the `"event"` key
+/// of its event objects): only `gateway/` renders it.
+const AGNO_WIRE_WORDS: [&str; 7] = [
+    "\"RunContent\"",
+    "\"RunError\"",
+    "\"CustomEvent\"",
+    "\"session_fallback\"",
+    "\"attachments_changed\"",
+    "\"retry\"",
+    "\"event\":",
+];
+
+#[test]
+fn only_the_gateway_knows_agnos_event_json() {
+    let mut files = Vec::new();
+    for krate in ["journal", "projections", "harness", "actors"] {
+        rust_files(&root().join(krate).join("src"), &mut files);
+    }
+    assert!(files.len() > 20, "found only {} files", files.len());
+    let mut violations = Vec::new();
+    for path in &files {
+        let text = std::fs::read_to_string(path).unwrap();
+        for (number, line) in text.lines().enumerate() {
+            for word in AGNO_WIRE_WORDS {
+                if line.contains(word) {
+                    violations.push(format!(
+                        "{}:{}: {word}",
+                        path.strip_prefix(root()).unwrap().display(),
+                        number + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(violations.is_empty(), "{violations:#?}");
+}

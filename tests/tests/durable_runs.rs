@@ -9,7 +9,8 @@ use turnstile_actors::{
     Multitask, Refused, RetryPolicy, RunHandle, Runtime, RuntimeConfig, StartRun,
 };
 use turnstile_journal::{
-    Event, EventIndex, Expected, Journal, JournalOptions, JournalPos, RunId, SessionId,
+    Event, EventIndex, Expected, Journal, JournalOptions, JournalPos, RunEvent, RunId, SessionId,
+    Warning,
 };
 use turnstile_projections::{RunStatus, RunView};
 use turnstile_tests::{open_runtime, scripted_agent, start_command};
@@ -215,15 +216,15 @@ async fn a_cancelled_queued_run_never_reaches_the_harness() {
         "cancel is idempotent"
     );
     let b_id = b.run_id.clone();
-    let b_events: Vec<String> = {
+    let b_events: Vec<&str> = {
         let mut events = b.into_events();
         let mut types = Vec::new();
         while let Some(event) = events.next().await {
-            types.push(event.unwrap().event_type.clone());
+            types.push(event.unwrap().event.kind());
         }
         types
     };
-    assert_eq!(b_events, ["RunCancelled"]);
+    assert_eq!(b_events, ["Cancelled"]);
     let view = runtime.run_view(&b_id).unwrap().unwrap();
     assert_eq!(
         (view.status, view.attempts, view.tools.len()),
@@ -255,28 +256,24 @@ async fn transient_failures_are_retried_on_the_same_run_and_harness_session() {
     let mut warnings = Vec::new();
     while let Some(event) = handle.events().next().await {
         let event = event.unwrap();
-        if event.event_type == "CustomEvent" {
-            let data: serde_json::Value = serde_json::from_str(&event.data).unwrap();
-            warnings.push(data["warning"].clone());
+        if let RunEvent::Warning {
+            warning:
+                Warning::Retry {
+                    attempt,
+                    attempts,
+                    delay_s,
+                    ..
+                },
+        } = &event.event
+        {
+            warnings.push((*attempt, *attempts, *delay_s));
         }
-        types.push(event.event_type.clone());
+        types.push(event.event.kind());
     }
-    assert_eq!(types.first().unwrap(), "RunStarted");
-    assert_eq!(types.last().unwrap(), "RunCompleted");
-    assert_eq!(types.iter().filter(|t| *t == "RunStarted").count(), 1);
-    assert_eq!(warnings.len(), 2);
-    assert_eq!(
-        (
-            warnings[0]["type"].as_str(),
-            warnings[0]["attempt"].as_u64(),
-            warnings[0]["attempts"].as_u64()
-        ),
-        (Some("retry"), Some(1), Some(3))
-    );
-    assert_eq!(
-        (warnings[0]["delay"].as_f64(), warnings[1]["delay"].as_f64()),
-        (Some(0.05), Some(0.1))
-    );
+    assert_eq!(types.first().copied(), Some("Started"));
+    assert_eq!(types.last().copied(), Some("Completed"));
+    assert_eq!(types.iter().filter(|t| **t == "Started").count(), 1);
+    assert_eq!(warnings, [(1, 3, 0.05), (2, 3, 0.1)]);
     let view = runtime.run_view(&run_id).unwrap().unwrap();
     assert_eq!(
         (view.status, view.attempts, view.content.as_str()),
@@ -378,7 +375,7 @@ async fn cancelling_during_a_retry_backoff_ends_the_run_within_a_second() {
     let runtime = open_with(dir.path(), retry, 8, 100);
     let mut handle = submit(&runtime, "s", "/fail transient 5", Multitask::Reject).await;
     while let Some(event) = handle.events().next().await {
-        if event.unwrap().event_type == "CustomEvent" {
+        if matches!(event.unwrap().event, RunEvent::Warning { .. }) {
             break;
         }
     }
@@ -527,8 +524,8 @@ async fn a_run_with_no_attempts_left_ends_with_a_reason_and_frees_its_session() 
     }
     let last = last.unwrap();
     assert_eq!(
-        (last.event_type.as_str(), last.event_index),
-        ("RunError", EventIndex(0))
+        (last.event.kind(), last.event_index),
+        ("Failed", EventIndex(0))
     );
     runtime.shutdown().await.unwrap();
 }

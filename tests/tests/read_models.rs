@@ -93,13 +93,13 @@ async fn reads_on_a_session_with_a_thousand_turns_do_not_fold_it_from_the_start_
         let mut events = runtime.run_events(&first, None).unwrap().unwrap();
         let mut types = Vec::new();
         while let Some(event) = events.next().await {
-            types.push(event.unwrap().event_type.clone());
+            types.push(event.unwrap().event.kind());
         }
         types
     })
     .await;
-    assert_eq!(events.first().map(String::as_str), Some("RunStarted"));
-    assert_eq!(events.last().map(String::as_str), Some("RunCompleted"));
+    assert_eq!(events.first().copied(), Some("Started"));
+    assert_eq!(events.last().copied(), Some("Completed"));
     assert!(read <= RECORDS_MAX, "a re-attach read {read} records");
 
     // The fresh-session history is rendered only when a harness session cannot be

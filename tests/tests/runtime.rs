@@ -29,7 +29,7 @@ async fn collect(mut handle: RunHandle) -> Vec<(u64, String)> {
     let mut events = Vec::new();
     while let Some(event) = handle.events().next().await {
         let event = event.unwrap();
-        events.push((event.event_index.0, event.event_type.clone()));
+        events.push((event.event_index.0, event.event.kind().to_owned()));
     }
     events
 }
@@ -88,14 +88,14 @@ async fn events_stream_in_order_and_every_one_is_in_the_journal() {
     assert_eq!(
         types,
         [
-            "RunStarted",
+            "Started",
             "ToolCallStarted",
             "ToolCallCompleted",
             "ToolCallStarted",
             "ToolCallCompleted",
-            "RunContent",
-            "RunContent",
-            "RunCompleted"
+            "ContentDelta",
+            "ContentDelta",
+            "Completed"
         ]
     );
     let indexes: Vec<u64> = events.iter().map(|(i, _)| *i).collect();
@@ -107,9 +107,8 @@ async fn events_stream_in_order_and_every_one_is_in_the_journal() {
             Event::RunEventEmitted {
                 run_id: r,
                 event_index,
-                event_type,
-                ..
-            } if r == run_id => Some((event_index.0, event_type)),
+                event,
+            } if r == run_id => Some((event_index.0, event.kind().to_owned())),
             _ => None,
         })
         .collect();
@@ -135,7 +134,7 @@ async fn a_finished_run_replays_from_any_index() {
     let mut replayed = Vec::new();
     while let Some(event) = tail.next().await {
         let event = event.unwrap();
-        replayed.push((event.event_index.0, event.event_type.clone()));
+        replayed.push((event.event_index.0, event.event.kind().to_owned()));
     }
     assert_eq!(replayed, all[3..]);
     runtime.shutdown().await.unwrap();
@@ -156,7 +155,7 @@ async fn cancel_interrupts_a_sleeping_turn_and_keeps_its_tool_calls() {
         "cancel took {:?}",
         cancelled_at.elapsed()
     );
-    assert_eq!(events.last().unwrap().1, "RunCancelled");
+    assert_eq!(events.last().unwrap().1, "Cancelled");
     let view = runtime.run_view(&run_id).unwrap().unwrap();
     assert_eq!(view.status, RunStatus::Cancelled);
     assert_eq!(view.content, "Run cancelled");

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use rand::seq::IndexedRandom;
 use serde_json::Value;
-use turnstile_journal::{Event, Journal, JournalOptions, JournalPos};
+use turnstile_journal::{Event, Journal, JournalOptions, JournalPos, RunEvent};
 use turnstile_tests::{Server, parse_sse, turnstile, write_config};
 
 const SESSIONS: usize = 12;
@@ -199,12 +199,10 @@ async fn the_server_survives_sigkill_under_load() {
                 .push(*attempt),
             Event::RunEventEmitted {
                 run_id,
-                event_type,
-                data,
+                event: RunEvent::ToolCallStarted { tool },
                 ..
-            } if event_type == "ToolCallStarted" => {
-                let data: Value = serde_json::from_str(data).unwrap();
-                let id = data["tool"]["tool_call_id"].as_str().unwrap().to_owned();
+            } => {
+                let id = tool.tool_call_id.clone();
                 assert!(
                     tool_calls
                         .entry(run_id.to_string())

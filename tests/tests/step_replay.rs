@@ -343,7 +343,14 @@ async fn a_session_that_cannot_be_resumed_falls_back_to_a_fresh_one_seeded_with_
         fallback.content
     );
     assert_eq!(fallback.warnings.len(), 1);
-    assert_eq!(fallback.warnings[0]["type"], "session_fallback");
+    assert!(
+        matches!(
+            fallback.warnings[0],
+            turnstile_journal::Warning::SessionFallback { .. }
+        ),
+        "{:?}",
+        fallback.warnings
+    );
     // Later turns continue on the fresh session.
     let next = turn(&runtime, "s", "fourth\n/history").await;
     assert_eq!(

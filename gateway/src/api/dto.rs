@@ -56,7 +56,12 @@ pub fn run_output(run: &RunView, agent_name: &str) -> Value {
         .as_deref()
         .and_then(|text| serde_json::from_str::<Value>(text).ok())
         .unwrap_or(Value::Null);
-    let mut metadata = json!({"warnings": run.warnings});
+    let warnings: Vec<Value> = run
+        .warnings
+        .iter()
+        .map(crate::api::events::warning_json)
+        .collect();
+    let mut metadata = json!({"warnings": warnings});
     if run.attempts > 1 {
         metadata["attempts"] = json!(run.attempts);
     }
@@ -72,10 +77,7 @@ pub fn run_output(run: &RunView, agent_name: &str) -> Value {
         "user_id": run.user_id,
         "status": run.status.as_str(),
         // Structured output is the parsed object; text is text.
-        "content": match run.content_type.as_str() {
-            "str" => Value::String(run.content.clone()),
-            _ => serde_json::from_str(&run.content).unwrap_or_else(|_| Value::String(run.content.clone())),
-        },
+        "content": crate::api::events::content_json(&run.content, &run.content_type),
         "content_type": run.content_type,
         "tools": run.tools,
         "messages": messages(run),

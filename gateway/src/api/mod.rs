@@ -7,6 +7,7 @@
 pub mod attachments;
 pub mod dto;
 pub mod error;
+pub mod events;
 mod extract;
 pub mod form;
 pub mod metrics;
@@ -76,14 +77,18 @@ async fn run_json(
     if !streamed || !run.status.is_terminal() {
         return Ok(output);
     }
+    let who = events::Who {
+        agent_id: run.agent_id.clone(),
+        agent_name: agent_name.to_owned(),
+        session_id: run.session_id.to_string(),
+    };
     let mut stored = Vec::new();
     if let Some(mut events) = state.runtime.run_events(&run.run_id, None)? {
         while let Some(event) = events.next().await {
             let event = event?;
-            if !skip.contains(&event.event_type) {
-                stored.push(
-                    serde_json::from_str::<serde_json::Value>(&event.data).unwrap_or_default(),
-                );
+            let (event_type, data) = events::render(&event, &who);
+            if !skip.iter().any(|skipped| skipped == event_type) {
+                stored.push(data);
             }
         }
     }
@@ -368,7 +373,7 @@ async fn create_run(
         }
         Err(refused) => return Err(refused.into()),
     };
-    respond_run(&state, handle, stream, background, &agent_name).await
+    respond_run(&state, handle, stream, background, (&agent.id, &agent_name)).await
 }
 
 /// The answer to an accepted run: a stream, a 202, or the finished run.
@@ -377,7 +382,7 @@ async fn respond_run(
     handle: RunHandle,
     stream: bool,
     background: bool,
-    agent_name: &str,
+    (agent_id, agent_name): (&str, &str),
 ) -> Result<Response, ApiError> {
     if stream {
         let framing = if background {
@@ -385,9 +390,15 @@ async fn respond_run(
         } else {
             Framing::Inline
         };
+        let who = events::Who {
+            agent_id: agent_id.to_owned(),
+            agent_name: agent_name.to_owned(),
+            session_id: handle.session_id.to_string(),
+        };
         return Ok(sse::run_stream(
             handle.into_events(),
             framing,
+            who,
             state.sse.clone(),
         ));
     }
@@ -563,7 +574,12 @@ async fn resume_run(
             ),
         ]
     };
-    Ok(sse::resume_stream(meta, events, state.sse.clone()))
+    let who = events::Who {
+        agent_id: view.agent_id.clone(),
+        agent_name: agent_name_of(&state.runtime, &view.agent_id),
+        session_id: view.session_id.to_string(),
+    };
+    Ok(sse::resume_stream(meta, events, who, state.sse.clone()))
 }
 
 /// The run a route names, checked against its agent and the optional `session_id`.
@@ -643,7 +659,7 @@ async fn continue_run(
         Ok(handle) => handle,
         Err(refused) => return Err(refused.into()),
     };
-    respond_run(&state, handle, stream, background, &agent_name).await
+    respond_run(&state, handle, stream, background, (&agent.id, &agent_name)).await
 }
 
 /// `POST /agents/{agent_id}/sessions/{session_id}/compact`.

@@ -31,7 +31,7 @@ pub const ROUTES: &[(&str, &str, &str, &[u16])] = &[
     (
         "get",
         "/agents/{agent_id}/runs",
-        "The runs of this agent, optionally of one session and status",
+        "The runs of this agent, newest first, paginated (limit, page), optionally of one session and status",
         &[200, 401, 404, 422],
     ),
     (

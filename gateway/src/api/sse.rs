@@ -20,6 +20,8 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use turnstile_actors::{RunEvents, WireEvent};
 
+use crate::api::events::{self, Who};
+
 /// Frames coalesced into one write at most.
 const FRAMES_PER_WRITE_MAX: usize = 256;
 
@@ -52,21 +54,15 @@ fn encode(id: Option<u64>, event_type: &str, data: &str) -> String {
     frame
 }
 
-fn frame(event: &WireEvent, framing: Framing) -> String {
+fn frame(event: &WireEvent, framing: Framing, who: &Who) -> String {
     let index = event.event_index.0;
-    let data = match framing {
-        Framing::Inline => return encode(Some(index), &event.event_type, &event.data),
-        // The stored JSON already names the run: splice the index in front rather than
-        // parse and re-serialize every event of a long replay.
-        Framing::Indexed => match event.data.strip_prefix('{') {
-            Some(rest) if rest.trim_start().starts_with('}') => {
-                format!("{{\"event_index\":{index}}}")
-            }
-            Some(rest) => format!("{{\"event_index\":{index},{rest}"),
-            None => event.data.clone(),
-        },
-    };
-    encode(Some(index), &event.event_type, &data)
+    let (event_type, mut data) = events::render(event, who);
+    if framing == Framing::Indexed
+        && let Some(object) = data.as_object_mut()
+    {
+        object.insert("event_index".into(), json!(index));
+    }
+    encode(Some(index), event_type, &data.to_string())
 }
 
 fn error_frame() -> String {
@@ -124,9 +120,9 @@ fn respond(frames: impl Stream<Item = String> + Send + 'static, options: SseOpti
         .into_response()
 }
 
-fn run_frames(events: RunEvents, framing: Framing) -> impl Stream<Item = String> + Send {
+fn run_frames(events: RunEvents, framing: Framing, who: Who) -> impl Stream<Item = String> + Send {
     events.into_stream().map(move |item| match item {
-        Ok(event) => frame(&event, framing),
+        Ok(event) => frame(&event, framing, &who),
         Err(error) => {
             tracing::error!(%error, "run stream failed");
             error_frame()
@@ -135,21 +131,25 @@ fn run_frames(events: RunEvents, framing: Framing) -> impl Stream<Item = String>
 }
 
 /// A run's events as an SSE response.
-pub fn run_stream(events: RunEvents, framing: Framing, options: SseOptions) -> Response {
-    respond(run_frames(events, framing), options)
+pub fn run_stream(events: RunEvents, framing: Framing, who: Who, options: SseOptions) -> Response {
+    respond(run_frames(events, framing, who), options)
 }
 
 /// A re-attached stream: meta frames (no `id`), then the run's events with their indexes.
 pub fn resume_stream(
     meta: Vec<(&'static str, serde_json::Value)>,
     events: RunEvents,
+    who: Who,
     options: SseOptions,
 ) -> Response {
     let meta = stream::iter(
         meta.into_iter()
             .map(|(event_type, data)| encode(None, event_type, &data.to_string())),
     );
-    respond(meta.chain(run_frames(events, Framing::Indexed)), options)
+    respond(
+        meta.chain(run_frames(events, Framing::Indexed, who)),
+        options,
+    )
 }
 
 /// An SSE response of exactly one frame (the busy answer of a streamed run).

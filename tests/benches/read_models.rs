@@ -1,0 +1,315 @@
+//! Read-model benchmarks (issue 12), written up in `docs/PERFORMANCE.md`, each a ratio
+//! measured side by side in one run:
+//! - one session, 10,000 sequential turns: median turn latency over turns 9,800-10,000
+//!   against turns 1-200, and the same for reading the newest run, in process
+//!   (embedding API) and over HTTP (the release binary);
+//! - `GET /agents/{id}/runs/{run_id}`, `GET /sessions/{id}`, a `GET /sessions` page and
+//!   `GET /metrics` with 100,000 sessions against 100 sessions;
+//! - re-attaching to a finished run of 10,005 events: request to last frame.
+//!
+//! `cargo bench -p turnstile-tests --bench read_models` (builds the release binary
+//! first: `cargo build --release --bin turnstile`). Knobs: `BENCH_LONG_TURNS` (10000),
+//! `BENCH_SESSIONS_MANY` (100000). Not a test: nothing is asserted.
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::Semaphore;
+use turnstile_actors::{Multitask, RetryPolicy, Runtime, RuntimeConfig};
+use turnstile_tests::{Server, parse_sse, scripted_agent, start_command, write_config};
+
+fn knob(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+/// Latencies of the turns and newest-run reads inside the two windows.
+#[derive(Default)]
+struct Windows {
+    early_turns: Vec<Duration>,
+    late_turns: Vec<Duration>,
+    early_reads: Vec<Duration>,
+    late_reads: Vec<Duration>,
+}
+
+impl Windows {
+    fn record(&mut self, turn: usize, turns: usize, took: Duration, read: Duration) {
+        if (1..=200).contains(&turn) {
+            self.early_turns.push(took);
+            self.early_reads.push(read);
+        } else if turn + 200 >= turns {
+            self.late_turns.push(took);
+            self.late_reads.push(read);
+        }
+    }
+
+    fn rows(self, path: &str, turns: usize) {
+        let (et, lt) = (median(self.early_turns), median(self.late_turns));
+        let (er, lr) = (median(self.early_reads), median(self.late_reads));
+        println!(
+            "| {path} | turn | {:.2} ms | {:.2} ms | {:.2} |",
+            ms(et),
+            ms(lt),
+            lt.as_secs_f64() / et.as_secs_f64()
+        );
+        println!(
+            "| {path} | read of the newest run | {:.3} ms | {:.3} ms | {:.2} |",
+            ms(er),
+            ms(lr),
+            lr.as_secs_f64() / er.as_secs_f64()
+        );
+        let _ = turns;
+    }
+}
+
+async fn long_session_in_process(turns: usize) -> Windows {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = RuntimeConfig::new(
+        dir.path().to_path_buf(),
+        vec![scripted_agent(RetryPolicy::default())],
+    );
+    config.arbiters = 2;
+    let runtime = Runtime::open(config).unwrap();
+    let mut windows = Windows::default();
+    for turn in 1..=turns {
+        let started = Instant::now();
+        let view = runtime
+            .start_run(start_command("long", "hello", Multitask::Reject))
+            .await
+            .unwrap()
+            .unwrap()
+            .outcome()
+            .await
+            .unwrap();
+        let took = started.elapsed();
+        let started = Instant::now();
+        let read = runtime.run_view(&view.run_id).unwrap().unwrap();
+        let read_took = started.elapsed();
+        assert_eq!(read.run_id, view.run_id);
+        windows.record(turn, turns, took, read_took);
+    }
+    runtime.shutdown().await.unwrap();
+    windows
+}
+
+async fn long_session_http(server: &Server, turns: usize) -> Windows {
+    let client = reqwest::Client::new();
+    let mut windows = Windows::default();
+    for turn in 1..=turns {
+        let started = Instant::now();
+        let run: Value = client
+            .post(server.url("/agents/scripted/runs"))
+            .form(&[
+                ("message", "hello"),
+                ("stream", "false"),
+                ("session_id", "long"),
+            ])
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let took = started.elapsed();
+        let run_id = run["run_id"].as_str().unwrap();
+        let started = Instant::now();
+        let read = client
+            .get(server.url(&format!("/agents/scripted/runs/{run_id}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(read.status(), 200);
+        let _ = read.bytes().await.unwrap();
+        windows.record(turn, turns, took, started.elapsed());
+    }
+    windows
+}
+
+/// Creates sessions with one turn each, 64 at a time; returns one run id.
+async fn create_sessions(server: &Server, count: usize) -> String {
+    let client = reqwest::Client::new();
+    let slots = Arc::new(Semaphore::new(64));
+    let mut tasks = Vec::with_capacity(count);
+    for _ in 0..count {
+        let permit = slots.clone().acquire_owned().await.unwrap();
+        let client = client.clone();
+        let url = server.url("/agents/scripted/runs");
+        tasks.push(tokio::spawn(async move {
+            let run: Value = client
+                .post(url)
+                .form(&[("message", "hello"), ("stream", "false"), ("user_id", "u")])
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            drop(permit);
+            run["run_id"].as_str().unwrap_or_default().to_owned()
+        }));
+    }
+    let mut last = String::new();
+    for task in tasks {
+        last = task.await.unwrap();
+    }
+    last
+}
+
+/// Median latency of `GET path`, over `samples` requests.
+async fn get_median(
+    client: &reqwest::Client,
+    server: &Server,
+    path: &str,
+    samples: usize,
+) -> Duration {
+    let mut times = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let started = Instant::now();
+        let response = client.get(server.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        let _ = response.bytes().await.unwrap();
+        times.push(started.elapsed());
+    }
+    median(times)
+}
+
+async fn reads_at(server: &Server, run_id: &str) -> [Duration; 4] {
+    let client = reqwest::Client::new();
+    let run: Value = client
+        .get(server.url(&format!("/agents/scripted/runs/{run_id}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let session_id = run["session_id"].as_str().unwrap().to_owned();
+    [
+        get_median(
+            &client,
+            server,
+            &format!("/agents/scripted/runs/{run_id}"),
+            300,
+        )
+        .await,
+        get_median(&client, server, &format!("/sessions/{session_id}"), 300).await,
+        get_median(&client, server, "/sessions?limit=20&page=1", 300).await,
+        get_median(&client, server, "/metrics", 300).await,
+    ]
+}
+
+fn server(dir: &std::path::Path) -> Server {
+    let config = write_config(
+        dir,
+        "max_concurrent_runs = 64\nmax_queued_runs = 1000000",
+        "",
+    );
+    Server::start_with(&dir.join("data"), &["--config", config.to_str().unwrap()])
+}
+
+#[tokio::main]
+async fn main() {
+    let turns = knob("BENCH_LONG_TURNS", 10_000);
+    let many = knob("BENCH_SESSIONS_MANY", 100_000);
+
+    println!("## One session, {turns} sequential turns (scripted harness, durable)\n");
+    println!("| path | what | median over turns 1-200 | median over the last 200 turns | ratio |");
+    println!("|---|---|---:|---:|---:|");
+    long_session_in_process(turns)
+        .await
+        .rows("in process", turns);
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let server = server(dir.path());
+        long_session_http(&server, turns).await.rows("HTTP", turns);
+        server.terminate();
+    }
+
+    println!("\n## Reads with {many} sessions against 100 (HTTP, median of 300 requests)\n");
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(dir.path());
+    let few_run = create_sessions(&server, 100).await;
+    let few = reads_at(&server, &few_run).await;
+    let started = Instant::now();
+    let many_run = create_sessions(&server, many - 100).await;
+    let created = started.elapsed();
+    let lots = reads_at(&server, &many_run).await;
+    println!(
+        "({} sessions created in {:.0} s)\n",
+        many - 100,
+        created.as_secs_f64()
+    );
+    println!("| request | 100 sessions | {many} sessions | ratio |");
+    println!("|---|---:|---:|---:|");
+    for (index, name) in [
+        "`GET /agents/{id}/runs/{run_id}`",
+        "`GET /sessions/{id}`",
+        "`GET /sessions` (page 1 of 20)",
+        "`GET /metrics`",
+    ]
+    .iter()
+    .enumerate()
+    {
+        println!(
+            "| {name} | {:.3} ms | {:.3} ms | {:.2} |",
+            ms(few[index]),
+            ms(lots[index]),
+            lots[index].as_secs_f64() / few[index].as_secs_f64()
+        );
+    }
+
+    // Re-attaching to a finished run of 10,005 events.
+    let client = reqwest::Client::new();
+    let message = "/tool Read {}\n".repeat(5_000);
+    let run: Value = client
+        .post(server.url("/agents/scripted/runs"))
+        .form(&[("message", message.as_str()), ("stream", "false")])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_id = run["run_id"].as_str().unwrap().to_owned();
+    let mut times = Vec::new();
+    let mut frames = 0;
+    for _ in 0..11 {
+        let started = Instant::now();
+        let body = client
+            .post(server.url(&format!("/agents/scripted/runs/{run_id}/resume")))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        times.push(started.elapsed());
+        frames = parse_sse(&body).len();
+    }
+    let best = *times.iter().min().unwrap();
+    println!("\n## Re-attaching to a finished run\n");
+    println!("| run events | frames received | request to last frame, median of 11 | best |");
+    println!("|---:|---:|---:|---:|");
+    println!(
+        "| {} | {frames} | {:.1} ms | {:.1} ms |",
+        frames - 1,
+        ms(median(times)),
+        ms(best)
+    );
+    server.terminate();
+}
