@@ -108,13 +108,15 @@ impl Inner {
             order.remove(&key);
         }
         let created = turnstile_projections::date_of_us(listed.entry.created_at_us);
-        self.day(&created, |day| day.sessions -= 1);
+        self.day(&created, |day| {
+            day.sessions = day.sessions.saturating_sub(1)
+        });
         for (date, counts) in &listed.days {
             self.day(date, |day| {
-                day.runs -= counts.runs;
+                day.runs = day.runs.saturating_sub(counts.runs);
                 for user in &counts.users {
                     if let Some(n) = day.users.get_mut(user) {
-                        *n -= 1;
+                        *n = n.saturating_sub(1);
                         if *n == 0 {
                             day.users.remove(user);
                         }
@@ -126,7 +128,7 @@ impl Inner {
                 for (model, provider, count) in &counts.models {
                     let key = (model.clone(), provider.clone());
                     if let Some(n) = day.models.get_mut(&key) {
-                        *n -= count;
+                        *n = n.saturating_sub(*count);
                         if *n == 0 {
                             day.models.remove(&key);
                         }

@@ -307,8 +307,8 @@ impl Runtime {
 
     /// One page of an agent's runs in the order they were queued (newest first when
     /// `newest_first`), those with `status` only when it is given, and how many there
-    /// are. The page reads the runs it returns; the count reads the agent's run index
-    /// (keys, not records).
+    /// are. The page reads the runs it returns and the index entries it skips; the count
+    /// is kept by the journal as runs change.
     pub fn agent_runs(
         &self,
         agent_id: &str,
@@ -325,17 +325,25 @@ impl Runtime {
             RunStatus::Error => IndexedStatus::Error,
             RunStatus::Cancelled => IndexedStatus::Cancelled,
         });
-        let mut total = 0;
+        let counts = self.journal().agent_run_counts(agent_id);
+        let total = match wanted {
+            Some(status) => counts[status as usize],
+            None => counts.iter().sum(),
+        } as usize;
+        let mut matched = 0;
         let mut page = Vec::new();
         for run in self.journal().agent_runs(agent_id, newest_first) {
             let run = run?;
             if wanted.is_some_and(|wanted| wanted != run.status) {
                 continue;
             }
-            if total >= skip && page.len() < limit {
+            if matched >= skip {
                 page.extend(self.run_view(&run.run_id)?);
             }
-            total += 1;
+            matched += 1;
+            if page.len() >= limit {
+                break;
+            }
         }
         Ok((page, total))
     }

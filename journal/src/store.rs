@@ -220,6 +220,8 @@ struct Inner {
     next_pos: Arc<AtomicU64>,
     tail: Arc<RwLock<Tail>>,
     db: sled::Db,
+    /// Runs per agent and status, as the run index holds them.
+    agent_run_counts: AgentRunCounts,
     max_event_bytes: usize,
 }
 
@@ -462,8 +464,64 @@ pub(crate) struct RunEntry {
     seq: u64,
 }
 
-/// The runs queued in the batch being built, which the tree does not hold yet.
-pub(crate) type StagedRuns = HashMap<RunId, RunEntry>;
+/// What the batch being built changes that the tree does not show yet: the runs it
+/// queues, the status it gives runs, and the changes to the agents' run counts.
+#[derive(Debug, Default)]
+pub(crate) struct StagedRuns {
+    runs: HashMap<RunId, RunEntry>,
+    statuses: HashMap<RunId, u8>,
+    counts: Vec<(String, u8, i64)>,
+}
+
+impl StagedRuns {
+    pub(crate) fn clear(&mut self) {
+        self.runs.clear();
+        self.statuses.clear();
+        self.counts.clear();
+    }
+}
+
+/// Runs per agent and status, in [`IndexedStatus`] order; kept as the run index changes.
+pub(crate) type AgentRunCounts = Arc<Mutex<HashMap<String, [u64; 5]>>>;
+
+fn status_slot(byte: u8) -> Option<usize> {
+    IndexedStatus::from_byte(byte).map(|status| status as usize)
+}
+
+fn apply_counts(counts: &AgentRunCounts, changes: &[(String, u8, i64)]) {
+    let Ok(mut counts) = counts.lock() else {
+        return;
+    };
+    for (agent, status, change) in changes {
+        if let Some(slot) = status_slot(*status) {
+            let count = &mut counts.entry(agent.clone()).or_default()[slot];
+            *count = count.saturating_add_signed(*change);
+        }
+    }
+}
+
+/// Counts every agent's runs by status from the run index (once, when the journal opens).
+fn count_agent_runs(tree: &sled::Tree) -> Result<HashMap<String, [u64; 5]>, Error> {
+    let mut counts: HashMap<String, [u64; 5]> = HashMap::new();
+    for entry in tree.scan_prefix([AGENT_RUNS]) {
+        let (key, value) = entry?;
+        let agent = key
+            .get(1..key.len().saturating_sub(9))
+            .and_then(|bytes| std::str::from_utf8(bytes).ok())
+            .unwrap_or_default();
+        if let Some(slot) = value.first().copied().and_then(status_slot) {
+            match counts.get_mut(agent) {
+                Some(count) => count[slot] += 1,
+                None => {
+                    let mut count = [0; 5];
+                    count[slot] = 1;
+                    counts.insert(agent.to_owned(), count);
+                }
+            }
+        }
+    }
+    Ok(counts)
+}
 
 fn session_runs_prefix(session_id: &SessionId) -> Vec<u8> {
     let mut key = Vec::with_capacity(session_id.as_str().len() + 10);
@@ -531,11 +589,27 @@ fn decode_run_value(value: &[u8]) -> Result<RunEntry, Error> {
 
 /// A run's entry: staged in this batch, or in the tree.
 fn run_entry(tree: &sled::Tree, staged: &StagedRuns, run_id: &RunId) -> Option<RunEntry> {
-    if let Some(entry) = staged.get(run_id) {
+    if let Some(entry) = staged.runs.get(run_id) {
         return Some(entry.clone());
     }
     let bytes = tree.get(run_key(run_id)).ok()??;
     decode_run_value(&bytes).ok()
+}
+
+/// A run's status byte in its agent's run index: as this batch left it, else the tree's.
+fn indexed_status(
+    tree: &sled::Tree,
+    staged: &StagedRuns,
+    run_id: &RunId,
+    entry: &RunEntry,
+) -> Option<u8> {
+    if let Some(status) = staged.statuses.get(run_id) {
+        return Some(*status);
+    }
+    tree.get(agent_runs_key(&entry.agent_id, entry.pos))
+        .ok()??
+        .first()
+        .copied()
 }
 
 /// The status byte of an agent's run index for an event that changes it.
@@ -620,7 +694,9 @@ pub(crate) fn index_event(
                 agent_runs_key(agent_id, pos.0),
                 agent_runs_value(b'P', session_id, run_id),
             );
-            staged.insert(run_id.clone(), entry);
+            staged.counts.push((agent_id.clone(), b'P', 1));
+            staged.statuses.insert(run_id.clone(), b'P');
+            staged.runs.insert(run_id.clone(), entry);
         }
         Event::SessionCreated { agent_id, user_id } => {
             batch.insert(
@@ -639,12 +715,17 @@ pub(crate) fn index_event(
                 .collect();
             runs.extend(
                 staged
+                    .runs
                     .iter()
                     .filter(|(_, entry)| &entry.session_id == session_id)
                     .map(|(run_id, _)| run_id.clone()),
             );
             for run_id in runs {
                 if let Some(entry) = run_entry(tree, staged, &run_id) {
+                    if let Some(status) = indexed_status(tree, staged, &run_id, &entry) {
+                        staged.counts.push((entry.agent_id.clone(), status, -1));
+                    }
+                    staged.statuses.remove(&run_id);
                     batch.remove(agent_runs_key(&entry.agent_id, entry.pos));
                     batch.remove(session_runs_key(session_id, entry.seq));
                 }
@@ -662,6 +743,11 @@ pub(crate) fn index_event(
             batch.remove(open_key(run_id));
         }
         if let Some(entry) = run_entry(tree, staged, run_id) {
+            if let Some(before) = indexed_status(tree, staged, run_id, &entry) {
+                staged.counts.push((entry.agent_id.clone(), before, -1));
+                staged.counts.push((entry.agent_id.clone(), status, 1));
+            }
+            staged.statuses.insert(run_id.clone(), status);
             batch.insert(
                 agent_runs_key(&entry.agent_id, entry.pos),
                 agent_runs_value(status, session_id, run_id),
@@ -726,9 +812,11 @@ impl Journal {
             live: live.clone(),
             last_sync_us: 0,
         };
+        let agent_run_counts: AgentRunCounts = Arc::new(Mutex::new(count_agent_runs(&tree)?));
         let committer = Committer {
             tree: tree.clone(),
-            staged_runs: HashMap::new(),
+            staged_runs: StagedRuns::default(),
+            agent_run_counts: agent_run_counts.clone(),
             tail: tail.clone(),
             index_written: Instant::now(),
             heads: HashMap::new(),
@@ -760,6 +848,7 @@ impl Journal {
                 tail,
                 db,
                 max_event_bytes: options.max_event_bytes.min(limits::EVENT_BYTES_CEILING),
+                agent_run_counts,
             }),
         })
     }
@@ -968,6 +1057,17 @@ impl Journal {
                 Ok((Seq(be_u64(&key).unwrap_or(0)), stored_id(&value)?))
             })
             .collect()
+    }
+
+    /// How many runs an agent has with each status, in [`IndexedStatus`] order (kept
+    /// as runs change; counts runs applied and not yet durable too).
+    pub fn agent_run_counts(&self, agent_id: &str) -> [u64; 5] {
+        self.inner
+            .agent_run_counts
+            .lock()
+            .ok()
+            .and_then(|counts| counts.get(agent_id).copied())
+            .unwrap_or_default()
     }
 
     /// An agent's runs in the order they were queued (newest first when `newest_first`),
@@ -1433,6 +1533,7 @@ struct Committer {
     tree: sled::Tree,
     /// Runs queued in the batch being built.
     staged_runs: StagedRuns,
+    agent_run_counts: AgentRunCounts,
     tail: Arc<RwLock<Tail>>,
     /// When the session index was last written.
     index_written: Instant,
@@ -1609,6 +1710,7 @@ impl Committer {
                 }
                 return;
             }
+            apply_counts(&self.agent_run_counts, &self.staged_runs.counts);
         }
         if index_written && let Ok(mut tail) = self.tail.write() {
             *tail = Tail::default();
