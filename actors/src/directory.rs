@@ -7,23 +7,14 @@
 //! stored form (plus the records after it), and then follows the session actors.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use turnstile_journal::{Journal, SessionId};
 use turnstile_projections::{DayCounts, SessionView};
 
-use crate::api::RuntimeError;
+pub use turnstile_projections::TOKEN_KEYS;
 
-/// The token keys of agno's daily `token_metrics`, in its order.
-pub const TOKEN_KEYS: [&str; 7] = [
-    "input_tokens",
-    "output_tokens",
-    "total_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
-    "cost",
-];
+use crate::api::RuntimeError;
 
 /// One session as the directory lists it.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,19 +46,24 @@ pub struct DayTotals {
     pub models: BTreeMap<(String, String), u64>,
 }
 
+/// A session's listing, kept small: one of these lives for every session.
 struct Listed {
-    entry: DirectoryEntry,
-    days: BTreeMap<String, DayCounts>,
+    agent_id: Arc<str>,
+    user_id: Option<Arc<str>>,
+    created_at_us: i64,
+    name: Box<str>,
+    days: Box<[(String, DayCounts)]>,
 }
 
-type Order = BTreeSet<(i64, SessionId)>;
+/// Sessions by creation time; the id is shared with the map's key.
+type Order = BTreeSet<(i64, Arc<str>)>;
 
 #[derive(Default)]
 struct Inner {
-    sessions: HashMap<SessionId, Listed>,
+    sessions: HashMap<Arc<str>, Listed>,
     by_created: Order,
-    by_agent: HashMap<String, Order>,
-    by_user: HashMap<String, Order>,
+    by_agent: HashMap<Arc<str>, Order>,
+    by_user: HashMap<Arc<str>, Order>,
     days: BTreeMap<String, DayTotals>,
 }
 
@@ -88,30 +84,33 @@ pub struct Directory {
     inner: Mutex<Inner>,
 }
 
-fn day_key(date: &str) -> String {
-    date.to_owned()
+/// An interned string: the one the index already holds, else a new one.
+fn intern<V>(map: &HashMap<Arc<str>, V>, text: &str) -> Arc<str> {
+    map.get_key_value(text)
+        .map(|(key, _)| key.clone())
+        .unwrap_or_else(|| Arc::from(text))
 }
 
 impl Inner {
-    fn remove(&mut self, session_id: &SessionId) {
-        let Some(listed) = self.sessions.remove(session_id) else {
+    fn remove(&mut self, session_id: &str) {
+        let Some((id, listed)) = self.sessions.remove_entry(session_id) else {
             return;
         };
-        let key = (listed.entry.created_at_us, session_id.clone());
+        let key = (listed.created_at_us, id);
         self.by_created.remove(&key);
-        if let Some(order) = self.by_agent.get_mut(&listed.entry.agent_id) {
+        if let Some(order) = self.by_agent.get_mut(&listed.agent_id) {
             order.remove(&key);
         }
-        if let Some(user) = &listed.entry.user_id
+        if let Some(user) = &listed.user_id
             && let Some(order) = self.by_user.get_mut(user)
         {
             order.remove(&key);
         }
-        let created = turnstile_projections::date_of_us(listed.entry.created_at_us);
+        let created = turnstile_projections::date_of_us(listed.created_at_us);
         self.day(&created, |day| {
             day.sessions = day.sessions.saturating_sub(1)
         });
-        for (date, counts) in &listed.days {
+        for (date, counts) in listed.days.iter() {
             self.day(date, |day| {
                 day.runs = day.runs.saturating_sub(counts.runs);
                 for user in &counts.users {
@@ -122,8 +121,8 @@ impl Inner {
                         }
                     }
                 }
-                for (index, key) in TOKEN_KEYS.iter().enumerate() {
-                    day.tokens[index] -= counts.tokens.get(*key).copied().unwrap_or(0.0);
+                for (total, added) in day.tokens.iter_mut().zip(counts.tokens) {
+                    *total -= added;
                 }
                 for (model, provider, count) in &counts.models {
                     let key = (model.clone(), provider.clone());
@@ -138,26 +137,32 @@ impl Inner {
         }
     }
 
-    fn add(&mut self, entry: DirectoryEntry, days: BTreeMap<String, DayCounts>) {
-        let key = (entry.created_at_us, entry.session_id.clone());
+    fn add(&mut self, session_id: &SessionId, session: &SessionView) {
+        let id: Arc<str> = Arc::from(session_id.as_str());
+        let agent_id = intern(&self.by_agent, &session.agent_id);
+        let user_id = session
+            .user_id
+            .as_deref()
+            .map(|user| intern(&self.by_user, user));
+        let key = (session.created_at_us, id.clone());
         self.by_created.insert(key.clone());
         self.by_agent
-            .entry(entry.agent_id.clone())
+            .entry(agent_id.clone())
             .or_default()
             .insert(key.clone());
-        if let Some(user) = &entry.user_id {
+        if let Some(user) = &user_id {
             self.by_user.entry(user.clone()).or_default().insert(key);
         }
-        let created = turnstile_projections::date_of_us(entry.created_at_us);
+        let created = turnstile_projections::date_of_us(session.created_at_us);
         self.day(&created, |day| day.sessions += 1);
-        for (date, counts) in &days {
+        for (date, counts) in &session.days {
             self.day(date, |day| {
                 day.runs += counts.runs;
                 for user in &counts.users {
                     *day.users.entry(user.clone()).or_default() += 1;
                 }
-                for (index, key) in TOKEN_KEYS.iter().enumerate() {
-                    day.tokens[index] += counts.tokens.get(*key).copied().unwrap_or(0.0);
+                for (total, added) in day.tokens.iter_mut().zip(counts.tokens) {
+                    *total += added;
                 }
                 for (model, provider, count) in &counts.models {
                     *day.models
@@ -166,16 +171,35 @@ impl Inner {
                 }
             });
         }
-        self.sessions
-            .insert(entry.session_id.clone(), Listed { entry, days });
+        self.sessions.insert(
+            id,
+            Listed {
+                agent_id,
+                user_id,
+                created_at_us: session.created_at_us,
+                name: session.name.clone().into_boxed_str(),
+                days: session.days.clone().into_boxed_slice(),
+            },
+        );
     }
 
     fn day(&mut self, date: &str, change: impl FnOnce(&mut DayTotals)) {
-        let day = self.days.entry(day_key(date)).or_default();
+        let day = self.days.entry(date.to_owned()).or_default();
         change(day);
         if day.sessions == 0 && day.runs == 0 && day.models.is_empty() {
             self.days.remove(date);
         }
+    }
+
+    fn entry(&self, session_id: &Arc<str>) -> Option<DirectoryEntry> {
+        let listed = self.sessions.get(session_id)?;
+        Some(DirectoryEntry {
+            session_id: SessionId::parse(session_id).ok()?,
+            agent_id: listed.agent_id.to_string(),
+            user_id: listed.user_id.as_deref().map(str::to_owned),
+            created_at_us: listed.created_at_us,
+            name: listed.name.to_string(),
+        })
     }
 }
 
@@ -196,25 +220,16 @@ impl Directory {
             return;
         };
         let exists = !session.agent_id.is_empty() && !session.deleted;
-        if let Some(listed) = inner.sessions.get(session_id)
+        if let Some(listed) = inner.sessions.get(session_id.as_str())
             && exists
-            && listed.days == session.days
-            && listed.entry.name == session.name
+            && *listed.days == *session.days
+            && *listed.name == *session.name
         {
             return;
         }
-        inner.remove(session_id);
+        inner.remove(session_id.as_str());
         if exists {
-            inner.add(
-                DirectoryEntry {
-                    session_id: session_id.clone(),
-                    agent_id: session.agent_id.clone(),
-                    user_id: session.user_id.clone(),
-                    created_at_us: session.created_at_us,
-                    name: session.name.clone(),
-                },
-                session.days.clone(),
-            );
+            inner.add(session_id, session);
         }
     }
 
@@ -246,39 +261,38 @@ impl Directory {
         };
         let empty = Order::new();
         let order = match (&filter.agent_id, &filter.user_id) {
-            (Some(agent), _) => inner.by_agent.get(agent).unwrap_or(&empty),
-            (None, Some(user)) => inner.by_user.get(user).unwrap_or(&empty),
+            (Some(agent), _) => inner.by_agent.get(agent.as_str()).unwrap_or(&empty),
+            (None, Some(user)) => inner.by_user.get(user.as_str()).unwrap_or(&empty),
             (None, None) => &inner.by_created,
         };
         let name = filter
             .name_contains
             .as_ref()
             .map(|name| name.to_lowercase());
-        let passes = |(_, session_id): &&(i64, SessionId)| {
+        let passes = |(_, session_id): &&(i64, Arc<str>)| {
             let Some(listed) = inner.sessions.get(session_id) else {
                 return false;
             };
-            let entry = &listed.entry;
             filter
                 .agent_id
-                .as_ref()
-                .is_none_or(|a| a == &entry.agent_id)
+                .as_deref()
+                .is_none_or(|a| a == &*listed.agent_id)
                 && filter
                     .user_id
-                    .as_ref()
-                    .is_none_or(|u| entry.user_id.as_ref() == Some(u))
+                    .as_deref()
+                    .is_none_or(|u| listed.user_id.as_deref() == Some(u))
                 && name
                     .as_ref()
-                    .is_none_or(|name| entry.name.to_lowercase().contains(name))
+                    .is_none_or(|name| listed.name.to_lowercase().contains(name))
         };
         // Counted without filtering when the index is exactly the filter.
         let exact = name.is_none() && (filter.agent_id.is_none() || filter.user_id.is_none());
-        let iter: Box<dyn Iterator<Item = &(i64, SessionId)>> = if descending {
+        let iter: Box<dyn Iterator<Item = &(i64, Arc<str>)>> = if descending {
             Box::new(order.iter().rev())
         } else {
             Box::new(order.iter())
         };
-        let entry_of = |key: &(i64, SessionId)| inner.sessions.get(&key.1).map(|l| l.entry.clone());
+        let entry_of = |key: &(i64, Arc<str>)| inner.entry(&key.1);
         if exact {
             let page = iter.skip(skip).take(limit).filter_map(entry_of).collect();
             return (page, order.len());

@@ -10,5 +10,6 @@ mod session;
 
 pub use session::{
     AttachmentView, Checkpoint, DayCounts, ForkPoint, RunStatus, RunView, SessionMetrics,
-    SessionState, SessionView, StoredRun, StoredSession, ToolView, Transcripts, date_of_us,
+    SessionState, SessionView, StoredRun, StoredSession, TOKEN_KEYS, ToolView, Transcripts,
+    date_of_us,
 };

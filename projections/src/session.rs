@@ -11,7 +11,7 @@
 //! Client-visible run events are typed ([`RunEvent`]); the fold reads from them what a
 //! run view needs (streamed content, tool calls, warnings). No HTTP shape is known here.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use turnstile_journal::{Event, Recorded, RunEvent, RunId, Seq, SessionId, Warning};
@@ -205,8 +205,9 @@ pub struct SessionView {
     pub created_seq: u64,
     /// Harness session the next turn resumes (the newest branch).
     pub harness_session_id: Option<String>,
-    /// Lines of every harness session's transcript.
-    pub transcript_lines: BTreeMap<String, u32>,
+    /// Lines of every harness session's transcript (a session has few harness
+    /// sessions: a list is smaller than a map).
+    pub transcript_lines: Vec<(String, u32)>,
     /// Compactions, oldest first: (harness session, summary, messages replaced).
     pub compactions: Vec<(String, String, u32)>,
     /// Metrics summed over the session's completed runs.
@@ -223,7 +224,7 @@ pub struct SessionView {
     pub attachment_runs: Vec<(RunId, u64)>,
     /// Per day of a run's creation (`YYYY-MM-DD`, UTC), what the session's runs add to
     /// the daily metrics.
-    pub days: BTreeMap<String, DayCounts>,
+    pub days: Vec<(String, DayCounts)>,
 }
 
 /// What one session's runs of one day add to agno's daily metrics.
@@ -233,8 +234,8 @@ pub struct DayCounts {
     pub runs: u64,
     /// Their user ids.
     pub users: Vec<String>,
-    /// Token totals of the completed ones (agno's `token_metrics` keys).
-    pub tokens: BTreeMap<String, f64>,
+    /// Token totals of the completed ones, in [`TOKEN_KEYS`] order.
+    pub tokens: [f64; 7],
     /// Completed runs per (model, provider).
     pub models: Vec<(String, String, u64)>,
 }
@@ -332,11 +333,49 @@ impl SessionView {
     /// Lines of one harness session's transcript.
     pub fn lines_of(&self, harness_session_id: &str) -> u32 {
         self.transcript_lines
-            .get(harness_session_id)
-            .copied()
-            .unwrap_or(0)
+            .iter()
+            .find(|(id, _)| id == harness_session_id)
+            .map_or(0, |(_, lines)| *lines)
+    }
+
+    fn lines_mut(&mut self, harness_session_id: &str) -> &mut u32 {
+        let position = match self
+            .transcript_lines
+            .iter()
+            .position(|(id, _)| id == harness_session_id)
+        {
+            Some(position) => position,
+            None => {
+                self.transcript_lines
+                    .push((harness_session_id.to_owned(), 0));
+                self.transcript_lines.len() - 1
+            }
+        };
+        &mut self.transcript_lines[position].1
+    }
+
+    fn day_mut(&mut self, date: String) -> &mut DayCounts {
+        let position = match self.days.iter().position(|(day, _)| *day == date) {
+            Some(position) => position,
+            None => {
+                self.days.push((date, DayCounts::default()));
+                self.days.len() - 1
+            }
+        };
+        &mut self.days[position].1
     }
 }
+
+/// The token keys of agno's daily `token_metrics`, in the order of [`DayCounts::tokens`].
+pub const TOKEN_KEYS: [&str; 7] = [
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "cost",
+];
 
 /// The day (`YYYY-MM-DD`, UTC) of a time in microseconds since the epoch.
 pub fn date_of_us(us: i64) -> String {
@@ -529,7 +568,7 @@ impl SessionState {
                 }
                 self.session.run_count += 1;
                 let previous_run = self.session.last_run.replace(run_id.clone());
-                let day = self.session.days.entry(date_of_us(ts)).or_default();
+                let day = self.session.day_mut(date_of_us(ts));
                 day.runs += 1;
                 if let Some(user) = user_id
                     && !day.users.contains(user)
@@ -573,20 +612,13 @@ impl SessionState {
                 harness_session_id, ..
             } => {
                 self.session.harness_session_id = Some(harness_session_id.clone());
-                *self
-                    .session
-                    .transcript_lines
-                    .entry(harness_session_id.clone())
-                    .or_default() += 1;
+                *self.session.lines_mut(harness_session_id) += 1;
             }
             Event::AttemptStarted {
                 harness_session_id, ..
             } => {
                 self.session.harness_session_id = Some(harness_session_id.clone());
-                self.session
-                    .transcript_lines
-                    .entry(harness_session_id.clone())
-                    .or_default();
+                self.session.lines_mut(harness_session_id);
             }
             Event::HarnessSessionForked {
                 from_harness_session_id,
@@ -598,9 +630,7 @@ impl SessionState {
                     .session
                     .lines_of(from_harness_session_id)
                     .min(*transcript_lines);
-                self.session
-                    .transcript_lines
-                    .insert(harness_session_id.clone(), kept);
+                *self.session.lines_mut(harness_session_id) = kept;
                 self.session.harness_session_id = Some(harness_session_id.clone());
             }
             Event::SessionDeleted { .. } => self.session.deleted = true,
@@ -611,11 +641,7 @@ impl SessionState {
                 lines,
                 ..
             } => {
-                *self
-                    .session
-                    .transcript_lines
-                    .entry(harness_session_id.clone())
-                    .or_default() += lines.len() as u32;
+                *self.session.lines_mut(harness_session_id) += lines.len() as u32;
                 self.session.harness_session_id = Some(harness_session_id.clone());
                 self.session.compactions.push((
                     harness_session_id.clone(),
@@ -673,10 +699,7 @@ impl SessionState {
                 run.metrics = Some(metrics.clone());
                 run.transcript_end = current_lines;
                 session.metrics.add(metrics);
-                let day = session
-                    .days
-                    .entry(date_of_us(run.created_at_us))
-                    .or_default();
+                let day = session.day_mut(date_of_us(run.created_at_us));
                 day.add_completed(
                     metrics,
                     run.model.as_deref().unwrap_or_default(),
@@ -781,16 +804,8 @@ impl DayCounts {
         let Ok(value) = serde_json::from_str::<serde_json::Value>(metrics) else {
             return;
         };
-        for key in [
-            "input_tokens",
-            "output_tokens",
-            "total_tokens",
-            "cache_read_tokens",
-            "cache_write_tokens",
-            "reasoning_tokens",
-            "cost",
-        ] {
-            *self.tokens.entry(key.to_owned()).or_default() += value[key].as_f64().unwrap_or(0.0);
+        for (total, key) in self.tokens.iter_mut().zip(TOKEN_KEYS) {
+            *total += value[key].as_f64().unwrap_or(0.0);
         }
         match self
             .models
