@@ -849,8 +849,8 @@ struct AgentRunsQuery {
 }
 
 /// `GET /agents/{agent_id}/runs?session_id=&status=&limit=&page=`: this agent's runs,
-/// newest first, paginated like `/sessions`. A page reads the runs it shows; the count
-/// reads the agent's run index.
+/// newest first, paginated like `/sessions`. A page reads the runs it shows (and the
+/// index entries it skips); the count is the journal's, kept as runs change.
 async fn list_agent_runs(
     State(state): State<AppState>,
     Path(agent_id): Path<String>,
