@@ -596,6 +596,9 @@ fn run_entry(tree: &sled::Tree, staged: &StagedRuns, run_id: &RunId) -> Option<R
     decode_run_value(&bytes).ok()
 }
 
+/// The staged status of a run this batch removed from its agent's index.
+const GONE: u8 = 0;
+
 /// A run's status byte in its agent's run index: as this batch left it, else the tree's.
 fn indexed_status(
     tree: &sled::Tree,
@@ -604,7 +607,7 @@ fn indexed_status(
     entry: &RunEntry,
 ) -> Option<u8> {
     if let Some(status) = staged.statuses.get(run_id) {
-        return Some(*status);
+        return Some(*status).filter(|status| *status != GONE);
     }
     tree.get(agent_runs_key(&entry.agent_id, entry.pos))
         .ok()??
@@ -725,7 +728,8 @@ pub(crate) fn index_event(
                     if let Some(status) = indexed_status(tree, staged, &run_id, &entry) {
                         staged.counts.push((entry.agent_id.clone(), status, -1));
                     }
-                    staged.statuses.remove(&run_id);
+                    // Gone from the index, also for the rest of this batch.
+                    staged.statuses.insert(run_id.clone(), GONE);
                     batch.remove(agent_runs_key(&entry.agent_id, entry.pos));
                     batch.remove(session_runs_key(session_id, entry.seq));
                 }
@@ -742,11 +746,12 @@ pub(crate) fn index_event(
         if event.is_terminal() {
             batch.remove(open_key(run_id));
         }
-        if let Some(entry) = run_entry(tree, staged, run_id) {
-            if let Some(before) = indexed_status(tree, staged, run_id, &entry) {
-                staged.counts.push((entry.agent_id.clone(), before, -1));
-                staged.counts.push((entry.agent_id.clone(), status, 1));
-            }
+        // Only a run its agent's index lists (a deleted session's runs left it).
+        if let Some(entry) = run_entry(tree, staged, run_id)
+            && let Some(before) = indexed_status(tree, staged, run_id, &entry)
+        {
+            staged.counts.push((entry.agent_id.clone(), before, -1));
+            staged.counts.push((entry.agent_id.clone(), status, 1));
             staged.statuses.insert(run_id.clone(), status);
             batch.insert(
                 agent_runs_key(&entry.agent_id, entry.pos),
