@@ -64,7 +64,7 @@ fn put(journal: &Journal, key: &str, value: &impl serde::Serialize) {
 }
 
 /// A session's state as of its last durable record: its stored form, its open runs'
-/// stored forms and the records after; `None` for a session with no records. The state
+/// stored forms and the records after (the empty state for a session with no records). The state
 /// holds the open runs and the runs the records after it touched.
 pub(crate) fn load_session(
     journal: &Journal,

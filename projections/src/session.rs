@@ -6,7 +6,7 @@
 //! once. Its stored forms ([`StoredSession`], [`StoredRun`]) are complete, so a state
 //! is resumed from them plus the records after the sequence they are as of, never from
 //! the session's first record. Transcript lines are not part of the state (they grow
-//! with the conversation): [`transcript_lines`] folds them when a harness needs them.
+//! with the conversation): [`Transcripts`] folds them when a harness needs them.
 //!
 //! Client-visible run events are typed ([`RunEvent`]); the fold reads from them what a
 //! run view needs (streamed content, tool calls, warnings). No HTTP shape is known here.
