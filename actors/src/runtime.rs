@@ -170,7 +170,7 @@ impl Runtime {
     }
 
     /// Accepts a run: returns once `RunQueued` is in the journal. The run starts when
-    /// its session is free and a worker slot is; with [`Multitask::Reject`] a busy
+    /// its session is free and a worker slot is; with [`Multitask::Reject`](crate::Multitask::Reject) a busy
     /// session refuses at once with the id of the run it is busy with.
     pub async fn start_run(
         &self,
