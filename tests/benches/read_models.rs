@@ -49,6 +49,9 @@ struct Windows {
     late_turns: Vec<Duration>,
     early_reads: Vec<Duration>,
     late_reads: Vec<Duration>,
+    /// The control: a run of a one-turn session, read at the same moments.
+    early_control: Vec<Duration>,
+    late_control: Vec<Duration>,
 }
 
 impl Windows {
@@ -77,6 +80,15 @@ impl Windows {
             ms(lr),
             lr.as_secs_f64() / er.as_secs_f64()
         );
+        if !self.early_control.is_empty() {
+            let (ec, lc) = (median(self.early_control), median(self.late_control));
+            println!(
+                "| {path} | read of a one-turn session's run, at the same moments (control) | {:.3} ms | {:.3} ms | {:.2} |",
+                ms(ec),
+                ms(lc),
+                lc.as_secs_f64() / ec.as_secs_f64()
+            );
+        }
         let _ = turns;
     }
 }
@@ -115,9 +127,34 @@ async fn long_session_in_process(turns: usize) -> Windows {
     windows
 }
 
+async fn get_timed(client: &reqwest::Client, server: &Server, path: &str) -> Duration {
+    let started = Instant::now();
+    let read = client.get(server.url(path)).send().await.unwrap();
+    assert_eq!(read.status(), 200);
+    let _ = read.bytes().await.unwrap();
+    started.elapsed()
+}
+
 async fn long_session_http(server: &Server, turns: usize) -> Windows {
     let client = reqwest::Client::new();
     let mut windows = Windows::default();
+    let control: Value = client
+        .post(server.url("/agents/scripted/runs"))
+        .form(&[
+            ("message", "hello"),
+            ("stream", "false"),
+            ("session_id", "short"),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let control = format!(
+        "/agents/scripted/runs/{}",
+        control["run_id"].as_str().unwrap()
+    );
     for turn in 1..=turns {
         let started = Instant::now();
         let run: Value = client
@@ -134,20 +171,20 @@ async fn long_session_http(server: &Server, turns: usize) -> Windows {
             .await
             .unwrap();
         let took = started.elapsed();
-        let run_id = run["run_id"].as_str().unwrap();
+        let newest = format!("/agents/scripted/runs/{}", run["run_id"].as_str().unwrap());
+        let in_window = turn <= 200 || turn + 200 >= turns;
         let mut reads = Vec::with_capacity(READS_PER_TURN);
-        for _ in 0..READS_PER_TURN {
-            let started = Instant::now();
-            let read = client
-                .get(server.url(&format!("/agents/scripted/runs/{run_id}")))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(read.status(), 200);
-            let _ = read.bytes().await.unwrap();
-            reads.push(started.elapsed());
+        let mut controls = Vec::with_capacity(READS_PER_TURN);
+        for _ in 0..if in_window { READS_PER_TURN } else { 0 } {
+            reads.push(get_timed(&client, server, &newest).await);
+            controls.push(get_timed(&client, server, &control).await);
         }
         windows.record(turn, turns, took, &reads);
+        if (1..=200).contains(&turn) {
+            windows.early_control.extend(controls);
+        } else if in_window {
+            windows.late_control.extend(controls);
+        }
     }
     windows
 }
