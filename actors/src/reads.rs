@@ -30,6 +30,15 @@ pub(crate) fn stored_run(
         .and_then(|bytes| serde_json::from_slice(&bytes).ok()))
 }
 
+/// An earlier run of a branch, from its stored form (every earlier run of a branch has
+/// ended, so it has one); a walk back stops at a run it cannot read.
+pub(crate) fn branch_run(journal: &Journal, run_id: &RunId) -> Option<RunView> {
+    stored_run(journal, run_id)
+        .ok()
+        .flatten()
+        .map(|stored| stored.run)
+}
+
 fn stored_session(
     journal: &Journal,
     session_id: &SessionId,

@@ -450,12 +450,7 @@ impl SessionActor {
                 let journal = self.shared.journal.clone();
                 let current = run.clone();
                 Some(Box::new(move || {
-                    let load = |run_id: &RunId| {
-                        reads::stored_run(&journal, run_id)
-                            .ok()
-                            .flatten()
-                            .map(|stored| stored.run)
-                    };
+                    let load = |run_id: &RunId| reads::branch_run(&journal, run_id);
                     render_prompt(&branch_history(load, &current), &current.input)
                 }))
             }
@@ -525,13 +520,7 @@ impl SessionActor {
             runs.push(run.clone());
         }
         if let Some(oldest) = oldest {
-            let journal = self.shared.journal.clone();
-            let load = |run_id: &RunId| {
-                reads::stored_run(&journal, run_id)
-                    .ok()
-                    .flatten()
-                    .map(|stored| stored.run)
-            };
+            let load = |run_id: &RunId| reads::branch_run(&self.shared.journal, run_id);
             runs.extend(
                 branch_walk(load, run)
                     .map(|(earlier, _)| earlier)

@@ -21,18 +21,7 @@ use turnstile_journal::SessionId;
 use turnstile_projections::RunStatus;
 use turnstile_tests::claude::claude_bin;
 use turnstile_tests::fake_anthropic::FakeAnthropic;
-
-fn knob(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
+use turnstile_tests::{knob, median};
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0

@@ -21,22 +21,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 use turnstile_actors::{Multitask, RetryPolicy, Runtime, RuntimeConfig};
-use turnstile_tests::{Server, parse_sse, scripted_agent, start_command, write_config};
+use turnstile_tests::{
+    Server, knob, median, post_form_json, reattach_to_a_long_run, scripted_agent, start_command,
+    write_config,
+};
 
 /// Reads of the newest run after each turn of the windows.
 const READS_PER_TURN: usize = 5;
-
-fn knob(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples.get(samples.len() / 2).copied().unwrap_or_default()
-}
 
 fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
@@ -138,19 +129,16 @@ async fn get_timed(client: &reqwest::Client, server: &Server, path: &str) -> Dur
 async fn long_session_http(server: &Server, turns: usize) -> Windows {
     let client = reqwest::Client::new();
     let mut windows = Windows::default();
-    let control: Value = client
-        .post(server.url("/agents/scripted/runs"))
-        .form(&[
+    let control = post_form_json(
+        server,
+        "/agents/scripted/runs",
+        &[
             ("message", "hello"),
             ("stream", "false"),
             ("session_id", "short"),
-        ])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     let control = format!(
         "/agents/scripted/runs/{}",
         control["run_id"].as_str().unwrap()
@@ -323,33 +311,7 @@ async fn main() {
     }
 
     // Re-attaching to a finished run of 10,005 events.
-    let client = reqwest::Client::new();
-    let message = "/tool Read {}\n".repeat(5_000);
-    let run: Value = client
-        .post(server.url("/agents/scripted/runs"))
-        .form(&[("message", message.as_str()), ("stream", "false")])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let run_id = run["run_id"].as_str().unwrap().to_owned();
-    let mut times = Vec::new();
-    let mut frames = 0;
-    for _ in 0..11 {
-        let started = Instant::now();
-        let body = client
-            .post(server.url(&format!("/agents/scripted/runs/{run_id}/resume")))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        times.push(started.elapsed());
-        frames = parse_sse(&body).len();
-    }
+    let (times, frames) = reattach_to_a_long_run(&server, 11).await;
     let best = *times.iter().min().unwrap();
     println!("\n## Re-attaching to a finished run\n");
     println!("| run events | frames received | request to last frame, median of 11 | best |");

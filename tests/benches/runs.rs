@@ -20,18 +20,12 @@ use tokio::sync::Semaphore;
 use turnstile_actors::{Multitask, RetryPolicy, Runtime, RuntimeConfig, StartRun};
 use turnstile_projections::RunStatus;
 use turnstile_tests::{
-    Server, parse_sse, scripted_agent, start_command, turnstile_bin, write_config,
+    Server, knob, reattach_to_a_long_run, scripted_agent, start_command, turnstile_bin,
+    write_config,
 };
 
 const IN_FLIGHT: usize = 256;
 const TURNS_PER_SESSION: usize = 3;
-
-fn knob(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -268,35 +262,8 @@ async fn main() {
         http_parallel / in_process_parallel
     );
 
-    // Re-attaching to a finished run of 10,000 events.
-    let client = reqwest::Client::new();
-    let message = "/tool Read {}\n".repeat(5_000);
-    let run: Value = client
-        .post(server.url("/agents/scripted/runs"))
-        .form(&[("message", message.as_str()), ("stream", "false")])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let run_id = run["run_id"].as_str().unwrap().to_owned();
-    let mut times = Vec::new();
-    let mut frames = 0;
-    for _ in 0..7 {
-        let started = Instant::now();
-        let body = client
-            .post(server.url(&format!("/agents/scripted/runs/{run_id}/resume")))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        times.push(started.elapsed());
-        frames = parse_sse(&body).len();
-    }
-    times.sort();
+    // Re-attaching to a finished run of 10,005 events.
+    let (times, frames) = reattach_to_a_long_run(&server, 7).await;
     println!("## Re-attaching to a finished run\n");
     println!(
         "| run events | frames received | request to last frame, median of 7 | best | worst |"

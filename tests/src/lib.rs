@@ -427,3 +427,49 @@ pub fn prometheus_sample(text: &str, name: &str) -> Option<f64> {
 pub fn lossy(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
+
+/// A benchmark knob: the environment variable `name` as a number, else `default`.
+pub fn knob(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The median of some durations (zero for none).
+pub fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
+
+/// Runs a scripted turn of 5,000 tool calls (10,005 events) to its end, then re-attaches
+/// to it `repeats` times with `POST /resume`: each request-to-last-frame time, sorted,
+/// and the frames one re-attach received.
+pub async fn reattach_to_a_long_run(server: &Server, repeats: usize) -> (Vec<Duration>, usize) {
+    let message = "/tool Read {}\n".repeat(5_000);
+    let run = post_form_json(
+        server,
+        "/agents/scripted/runs",
+        &[("message", message.as_str()), ("stream", "false")],
+    )
+    .await;
+    let run_id = run["run_id"].as_str().expect("a run id").to_owned();
+    let client = reqwest::Client::new();
+    let mut times = Vec::with_capacity(repeats);
+    let mut frames = 0;
+    for _ in 0..repeats {
+        let started = Instant::now();
+        let body = client
+            .post(server.url(&format!("/agents/scripted/runs/{run_id}/resume")))
+            .send()
+            .await
+            .expect("POST /resume")
+            .text()
+            .await
+            .expect("an SSE body");
+        times.push(started.elapsed());
+        frames = parse_sse(&body).len();
+    }
+    times.sort();
+    (times, frames)
+}
