@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
-use turnstile_journal::{Journal, SessionId};
+use turnstile_journal::{Journal, SessionId, codec};
 use turnstile_projections::{DayCounts, SessionView};
 
 pub use turnstile_projections::TOKEN_KEYS;
@@ -52,7 +52,18 @@ struct Listed {
     user_id: Option<Arc<str>>,
     created_at_us: i64,
     name: Box<str>,
-    days: Box<[(String, DayCounts)]>,
+    /// What the session added to each day, encoded (one allocation instead of a
+    /// dozen: it is read back only when the session changes or leaves).
+    days: Box<[u8]>,
+}
+
+/// The compact form of a session's days in [`Listed`].
+fn encode_days(days: &[(String, DayCounts)]) -> Box<[u8]> {
+    codec::encode_compact(days).into_boxed_slice()
+}
+
+fn decode_days(bytes: &[u8]) -> Vec<(String, DayCounts)> {
+    codec::decode_compact(bytes).unwrap_or_default()
 }
 
 /// Sessions by creation time; the id is shared with the map's key.
@@ -110,7 +121,7 @@ impl Inner {
         self.day(&created, |day| {
             day.sessions = day.sessions.saturating_sub(1)
         });
-        for (date, counts) in listed.days.iter() {
+        for (date, counts) in decode_days(&listed.days).iter() {
             self.day(date, |day| {
                 day.runs = day.runs.saturating_sub(counts.runs);
                 for user in &counts.users {
@@ -178,7 +189,7 @@ impl Inner {
                 user_id,
                 created_at_us: session.created_at_us,
                 name: session.name.clone().into_boxed_str(),
-                days: session.days.clone().into_boxed_slice(),
+                days: encode_days(&session.days),
             },
         );
     }
@@ -222,7 +233,7 @@ impl Directory {
         let exists = !session.agent_id.is_empty() && !session.deleted;
         if let Some(listed) = inner.sessions.get(session_id.as_str())
             && exists
-            && *listed.days == *session.days
+            && *listed.days == *encode_days(&session.days)
             && *listed.name == *session.name
         {
             return;

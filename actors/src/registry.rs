@@ -94,6 +94,10 @@ impl Handler<Passivated> for Registry {
             .is_some_and(|known| *known == passivated.address)
         {
             self.sessions.remove(&passivated.session_id);
+            // After a burst the map would keep room for every actor it ever held.
+            if self.sessions.capacity() > 4 * self.sessions.len() + 1024 {
+                self.sessions.shrink_to_fit();
+            }
         }
     }
 }

@@ -246,6 +246,10 @@ impl SessionActor {
         if self.in_flight.is_none() {
             reads::store_session(&self.shared.journal, &self.state);
             self.state.retire();
+            if self.queue.is_empty() {
+                // An idle actor keeps no room for a queue it does not have.
+                self.queue.shrink_to_fit();
+            }
         }
     }
 

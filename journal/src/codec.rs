@@ -475,3 +475,17 @@ pub fn decode_runs(bytes: &[u8]) -> Result<Vec<Run>, DecodeError> {
         })
         .collect())
 }
+
+/// The journal's compact binary form of any serde value, for state kept in memory in
+/// many copies (the sessions directory): smaller than JSON and one allocation. Not a
+/// record format: nothing encoded with it is written to the journal.
+pub fn encode_compact<T: serde::Serialize + ?Sized>(value: &T) -> Vec<u8> {
+    bincode::serde::encode_to_vec(value, bincode::config::standard()).unwrap_or_default()
+}
+
+/// Decodes [`encode_compact`]'s bytes; `None` when they are not a `T`.
+pub fn decode_compact<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Option<T> {
+    bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+        .ok()
+        .map(|(value, _)| value)
+}

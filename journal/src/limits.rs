@@ -33,7 +33,7 @@ pub const SUBSCRIPTION_REFILL_RECORDS: usize = 1024;
 /// heads are read back from disk on demand.
 pub const SESSION_HEADS_CACHED_MAX: usize = 65_536;
 /// sled page cache, in bytes (sled's default is 1 GiB).
-pub const SLED_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+pub const SLED_CACHE_BYTES: u64 = 8 * 1024 * 1024;
 /// sled's segment (and I/O buffer) size, in bytes: values over a quarter of it go to
 /// separate blob files, so it is large enough for a whole segment of a group commit to
 /// stay in sled's log. sled refuses to open a directory with a different value.

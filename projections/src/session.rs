@@ -268,32 +268,60 @@ pub struct SessionMetrics {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ModelDetails {
     /// One entry per model id and provider, in the order first seen.
-    pub model: Vec<serde_json::Map<String, serde_json::Value>>,
+    pub model: Vec<ModelTotals>,
+}
+
+/// One model's totals over a session's runs (an entry of agno's `details.model`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ModelTotals {
+    /// Model id.
+    pub id: String,
+    /// Model provider.
+    pub provider: String,
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Input plus output tokens.
+    pub total_tokens: u64,
+    /// Tokens read from the prompt cache.
+    pub cache_read_tokens: u64,
+    /// Tokens written to the prompt cache.
+    pub cache_write_tokens: u64,
+    /// Cost in US dollars, once some run reported one.
+    pub cost: Option<f64>,
 }
 
 impl ModelDetails {
     /// Adds one run's entry: numbers are summed, a cost only once some run had one.
-    fn add(&mut self, entry: &serde_json::Map<String, serde_json::Value>) {
-        let key = |e: &serde_json::Map<String, serde_json::Value>| {
-            (e.get("id").cloned(), e.get("provider").cloned())
+    fn add(&mut self, entry: &serde_json::Value) {
+        let text = |key: &str| entry[key].as_str().unwrap_or_default();
+        let (id, provider) = (text("id"), text("provider"));
+        let position = match self
+            .model
+            .iter()
+            .position(|total| total.id == id && total.provider == provider)
+        {
+            Some(position) => position,
+            None => {
+                let totals = ModelTotals {
+                    id: id.to_owned(),
+                    provider: provider.to_owned(),
+                    ..ModelTotals::default()
+                };
+                push_exact(&mut self.model, totals);
+                self.model.len() - 1
+            }
         };
-        let Some(total) = self.model.iter_mut().find(|total| key(total) == key(entry)) else {
-            self.model.push(entry.clone());
-            return;
-        };
-        for (name, value) in entry {
-            let sum = match (total.get(name), value) {
-                (_, serde_json::Value::Null) => continue,
-                (Some(before), added) if before.is_u64() && added.is_u64() => {
-                    serde_json::json!(before.as_u64().unwrap_or(0) + added.as_u64().unwrap_or(0))
-                }
-                (Some(before), added) if added.is_number() => serde_json::json!(
-                    before.as_f64().unwrap_or(0.0) + added.as_f64().unwrap_or(0.0)
-                ),
-                (None, added) if added.is_number() => added.clone(),
-                _ => continue,
-            };
-            total.insert(name.clone(), sum);
+        let total = &mut self.model[position];
+        let tokens = |key: &str| entry[key].as_u64().unwrap_or(0);
+        total.input_tokens += tokens("input_tokens");
+        total.output_tokens += tokens("output_tokens");
+        total.total_tokens += tokens("total_tokens");
+        total.cache_read_tokens += tokens("cache_read_tokens");
+        total.cache_write_tokens += tokens("cache_write_tokens");
+        if let Some(cost) = entry["cost"].as_f64() {
+            total.cost = Some(total.cost.unwrap_or(0.0) + cost);
         }
     }
 }
@@ -314,7 +342,7 @@ impl SessionMetrics {
             self.cost = Some(self.cost.unwrap_or(0.0) + cost);
         }
         for entry in value["details"]["model"].as_array().into_iter().flatten() {
-            if let Some(entry) = entry.as_object() {
+            if entry.is_object() {
                 self.details.add(entry);
             }
         }
@@ -346,8 +374,10 @@ impl SessionView {
         {
             Some(position) => position,
             None => {
-                self.transcript_lines
-                    .push((harness_session_id.to_owned(), 0));
+                push_exact(
+                    &mut self.transcript_lines,
+                    (harness_session_id.to_owned(), 0),
+                );
                 self.transcript_lines.len() - 1
             }
         };
@@ -358,12 +388,19 @@ impl SessionView {
         let position = match self.days.iter().position(|(day, _)| *day == date) {
             Some(position) => position,
             None => {
-                self.days.push((date, DayCounts::default()));
+                push_exact(&mut self.days, (date, DayCounts::default()));
                 self.days.len() - 1
             }
         };
         &mut self.days[position].1
     }
+}
+
+/// Pushes onto a list that is mostly read: its capacity grows by one, not by doubling
+/// (a session holds these lists for as long as it lives, and most stay short).
+fn push_exact<T>(list: &mut Vec<T>, item: T) {
+    list.reserve_exact(1);
+    list.push(item);
 }
 
 /// The token keys of agno's daily `token_metrics`, in the order of [`DayCounts::tokens`].
@@ -503,6 +540,9 @@ impl SessionState {
     pub fn retire(&mut self) -> usize {
         let before = self.runs.len();
         self.runs.retain(|run| !run.status.is_terminal());
+        // An idle session holds no run: its list should not keep room for several
+        // (a run is ~0.7 KiB, and an idle actor would keep four runs' room).
+        self.runs.shrink_to_fit();
         before - self.runs.len()
     }
 
@@ -573,7 +613,7 @@ impl SessionState {
                 if let Some(user) = user_id
                     && !day.users.contains(user)
                 {
-                    day.users.push(user.clone());
+                    push_exact(&mut day.users, user.clone());
                 }
                 self.runs.push(RunView {
                     run_id: run_id.clone(),
@@ -643,11 +683,14 @@ impl SessionState {
             } => {
                 *self.session.lines_mut(harness_session_id) += lines.len() as u32;
                 self.session.harness_session_id = Some(harness_session_id.clone());
-                self.session.compactions.push((
-                    harness_session_id.clone(),
-                    summary.clone(),
-                    *replaced_messages,
-                ));
+                push_exact(
+                    &mut self.session.compactions,
+                    (
+                        harness_session_id.clone(),
+                        summary.clone(),
+                        *replaced_messages,
+                    ),
+                );
             }
             _ => {}
         }
@@ -732,7 +775,7 @@ impl SessionState {
             } => {
                 if run.attachments.is_empty() {
                     let entry = (run_id.clone(), run.queued_seq.0);
-                    session.attachment_runs.push(entry);
+                    push_exact(&mut session.attachment_runs, entry);
                 }
                 run.attachments.push(AttachmentView {
                     name: name.clone(),
@@ -813,7 +856,7 @@ impl DayCounts {
             .find(|(m, p, _)| m == model && p == provider)
         {
             Some((_, _, count)) => *count += 1,
-            None => self.models.push((model.to_owned(), provider.to_owned(), 1)),
+            None => push_exact(&mut self.models, (model.to_owned(), provider.to_owned(), 1)),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Run benchmarks (issue 3), written up in `docs/PERFORMANCE.md`:
-//! - memory per idle session: RSS with 100,000 sessions created, then passivated;
+//! - memory per session: RSS with 100,000 sessions created, their actors alive, then
+//!   passivated; and with each passivated soon after its turn (each in a fresh process);
 //! - turns per second with the scripted harness, durable: one session sequentially and
 //!   1,000 sessions in parallel, in process (embedding API) and over HTTP, beside a
 //!   bare axum JSON endpoint on the same machine in the same run;
@@ -158,51 +159,84 @@ impl Drop for Baseline {
     }
 }
 
+/// Set in the child process that measures one way of passivating.
+const MEMORY_CHILD: &str = "BENCH_MEMORY_CHILD";
+
+/// `together`: every session keeps its actor until all have had their turn (the idle
+/// timeout is an hour), then all passivate. `as they go`: each passivates 50 ms after
+/// its turn, as sessions do on a server whose clients come and go. Prints table rows.
+async fn memory_child(mode: &str, sessions: usize) {
+    let together = mode == "together";
+    let idle = if together {
+        Duration::from_secs(3600)
+    } else {
+        Duration::from_millis(50)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = runtime(dir.path(), idle);
+    let before = rss_bytes();
+    let rt = runtime.clone();
+    parallel(sessions, 1, move |session| {
+        let runtime = rt.clone();
+        async move { in_process_turn(&runtime, &session).await }
+    })
+    .await;
+    let alive = runtime.sessions_in_memory().await.unwrap();
+    let with_sessions = rss_bytes();
+    runtime.set_session_idle(Duration::from_millis(1));
+    while runtime.sessions_in_memory().await.unwrap() > 0 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let passivated = rss_bytes();
+    let row = |state: &str, actors: usize, rss: u64| {
+        let growth = rss.saturating_sub(before);
+        println!(
+            "| {mode} | {state} | {actors} | {:.1} MiB | {:.0} B |",
+            growth as f64 / 1048576.0,
+            growth as f64 / sessions as f64
+        );
+    };
+    if together {
+        row("after their turn", alive, with_sessions);
+    }
+    row("passivated", 0, passivated);
+    runtime.shutdown().await.unwrap();
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let idle_sessions = knob("BENCH_SESSIONS_IDLE", 100_000);
     let sequential = knob("BENCH_TURNS_SEQUENTIAL", 1_000);
     let sessions = knob("BENCH_SESSIONS_PARALLEL", 1_000);
 
-    // Memory first, while the process is fresh.
-    {
-        let dir = tempfile::tempdir().unwrap();
-        let runtime = runtime(dir.path(), Duration::from_secs(3600));
-        let before = rss_bytes();
-        let started = Instant::now();
-        let rt = runtime.clone();
-        parallel(idle_sessions, 1, move |session| {
-            let runtime = rt.clone();
-            async move { in_process_turn(&runtime, &session).await }
-        })
-        .await;
-        let created_in = started.elapsed();
-        let alive = runtime.sessions_in_memory().await.unwrap();
-        let with_sessions = rss_bytes();
-        runtime.set_session_idle(Duration::from_millis(1));
-        while runtime.sessions_in_memory().await.unwrap() > 0 {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let passivated = rss_bytes();
-        println!(
-            "## Memory per idle session ({idle_sessions} sessions, one turn each, created in {:.1} s)\n",
-            created_in.as_secs_f64()
-        );
-        println!("| state | session actors in memory | RSS growth | per session |");
-        println!("|---|---:|---:|---:|");
-        println!(
-            "| after their turn | {alive} | {:.1} MiB | {:.0} B |",
-            (with_sessions.saturating_sub(before)) as f64 / 1048576.0,
-            (with_sessions.saturating_sub(before)) as f64 / idle_sessions as f64
-        );
-        println!(
-            "| passivated | 0 | {:.1} MiB | {:.0} B |\n",
-            (passivated.saturating_sub(before)) as f64 / 1048576.0,
-            (passivated.saturating_sub(before)) as f64 / idle_sessions as f64
-        );
-        runtime.shutdown().await.unwrap();
+    // Memory first: each way of passivating in a fresh process of its own (this bench
+    // again), so that neither inherits the other's allocator pages.
+    if let Ok(mode) = std::env::var(MEMORY_CHILD) {
+        memory_child(&mode, idle_sessions).await;
+        return;
     }
+    println!(
+        "## Memory per session ({idle_sessions} sessions, one turn each, each way in a fresh process)\n"
+    );
+    println!(
+        "| sessions passivated | state | session actors in memory | RSS growth | per session |"
+    );
+    println!("|---|---|---:|---:|---:|");
+    for mode in ["together", "as they go"] {
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(std::env::args().skip(1))
+            .env(MEMORY_CHILD, mode)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        print!("{}", String::from_utf8_lossy(&output.stdout));
+    }
+    println!();
 
     // Turns per second, in process.
     let (in_process_sequential, in_process_parallel) = {
