@@ -11,6 +11,7 @@
 mod api;
 pub mod directory;
 pub mod history;
+mod keeper;
 mod reads;
 mod registry;
 mod run;

@@ -51,12 +51,22 @@ fn stored_session(
 /// Stores a session's facts (only while none of its runs is in flight: the actor folds
 /// a run's events when it ends, so its state is complete only then).
 pub(crate) fn store_session(journal: &Journal, state: &SessionState) {
-    put(journal, &session_key(&state.session_id), &state.stored());
+    put_session(journal, &state.stored());
 }
 
 /// Stores one run the state holds.
 pub(crate) fn store_run(journal: &Journal, state: &SessionState, run: &RunView) {
-    put(journal, &run_key(&run.run_id), &state.stored_run(run));
+    put_run(journal, &state.stored_run(run));
+}
+
+/// Stores a session's stored form.
+pub(crate) fn put_session(journal: &Journal, stored: &StoredSession) {
+    put(journal, &session_key(&stored.session_id), stored);
+}
+
+/// Stores a run's stored form.
+pub(crate) fn put_run(journal: &Journal, stored: &StoredRun) {
+    put(journal, &run_key(&stored.run.run_id), stored);
 }
 
 fn put(journal: &Journal, key: &str, value: &impl serde::Serialize) {

@@ -91,6 +91,7 @@ impl Runtime {
         let directory = crate::directory::Directory::load(&journal)?;
         let shared = Arc::new(Shared {
             directory,
+            keeper: crate::keeper::Keeper::start(),
             journal,
             agents: config
                 .agents

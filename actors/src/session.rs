@@ -56,6 +56,8 @@ pub(crate) struct Shared {
     pub counters: RunCounters,
     /// Every session's listing facts and daily metrics.
     pub directory: Directory,
+    /// The thread the long-lived writes are made on.
+    pub keeper: crate::keeper::Keeper,
 }
 
 /// Runs started and ended since the runtime opened.
@@ -219,6 +221,7 @@ impl SessionActor {
         // ended, a compaction, a deletion): the session's key and each run's own key,
         // so a write costs the same in a long session as in a short one.
         let mut turning_point = false;
+        let mut runs = Vec::new();
         for record in records {
             let run = match &record.event {
                 Event::RunQueued { run_id, .. } => Some(run_id),
@@ -228,23 +231,35 @@ impl SessionActor {
             };
             turning_point = true;
             if let Some(run) = run.and_then(|run_id| self.state.run(run_id)) {
-                reads::store_run(&self.shared.journal, &self.state, run);
+                runs.push(self.state.stored_run(run));
             }
         }
         if !turning_point {
             return;
         }
-        self.shared
-            .directory
-            .update(&self.session_id, &self.state.session);
         // While a run is in flight its task journals events this state has not folded
         // yet (they are applied when it ends): a session form stored now would be "as
         // of" a sequence whose fold includes them, and `journal rebuild` would call it a
         // difference (issue 12: a stop with one run in flight and one queued). The run's
         // end stores it again, complete; ended runs leave memory then, their stored
         // forms keep them.
-        if self.in_flight.is_none() {
-            reads::store_session(&self.shared.journal, &self.state);
+        let idle = self.in_flight.is_none();
+        let session = idle.then(|| self.state.stored());
+        let view = self.state.session.clone();
+        let shared = self.shared.clone();
+        let session_id = self.session_id.clone();
+        // The stored forms and the directory outlive this actor: they are written on
+        // the keeper's thread (see `keeper`), and the actor waits for them.
+        self.shared.keeper.run(move || {
+            for run in &runs {
+                reads::put_run(&shared.journal, run);
+            }
+            shared.directory.update(&session_id, &view);
+            if let Some(session) = &session {
+                reads::put_session(&shared.journal, session);
+            }
+        });
+        if idle {
             self.state.retire();
             if self.queue.is_empty() {
                 // An idle actor keeps no room for a queue it does not have.
