@@ -5,8 +5,8 @@
 //! class. A session actor's own memory lives on its arbiter's thread and is freed when
 //! it passivates; memory that outlives it (sled's copy of a stored form, the directory's
 //! entry) allocated on the same thread would share its pages and keep them from being
-//! returned. Made here, it does not: 100,000 sessions passivated together left 2.7-3.3
-//! KiB of RSS each with these writes on the arbiters, 2.2-2.6 KiB with them here
+//! returned. Made here, it does not: 100,000 sessions passivated together left 2.7-3.2
+//! KiB of RSS each with these writes on the arbiters, 2.1-2.5 KiB with them here
 //! (`docs/PERFORMANCE.md`, "Memory per session").
 //! The actor waits for the job, so a read after a turn sees its writes, as before.
 
