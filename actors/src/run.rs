@@ -535,6 +535,9 @@ impl RunTask {
             .await;
         let failure = match appended {
             Ok(Ok(appended)) => {
+                for record in &appended {
+                    crate::session::log_task_step(&record.session_id, &record.event);
+                }
                 broadcast_wire(&self.live, &appended);
                 records.extend(appended);
                 return Ok(());

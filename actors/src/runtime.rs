@@ -34,6 +34,8 @@ struct Inner {
     agents: Vec<AgentSpec>,
     /// Serializes submissions that carry an idempotency key (check, then bind).
     idempotent: tokio::sync::Mutex<()>,
+    /// Runs left open by the last stop, found at open.
+    recovering: usize,
 }
 
 /// The embedding API; cheap to clone.
@@ -88,6 +90,7 @@ impl Runtime {
             },
         )?;
         let open_runs = journal.open_runs()?;
+        let recovering = open_runs.len();
         let directory = crate::directory::Directory::load(&journal)?;
         let shared = Arc::new(Shared {
             directory,
@@ -151,8 +154,15 @@ impl Runtime {
                 thread: Mutex::new(Some(thread)),
                 agents: config.agents,
                 idempotent: tokio::sync::Mutex::new(()),
+                recovering,
             }),
         })
+    }
+
+    /// Runs a stop left open (queued or in flight) that recovery resolves: each is queued
+    /// again, resumed with a new attempt, or ended, as its session wakes at open.
+    pub fn runs_recovering(&self) -> usize {
+        self.inner.recovering
     }
 
     /// The journal (for reads, verification and audits).
@@ -574,6 +584,13 @@ impl Runtime {
         let deadline = Instant::now() + Duration::from_millis(SHUTDOWN_DRAIN_MS);
         while self.runs_in_flight() > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let abandoned = self.runs_in_flight();
+        if abandoned > 0 {
+            tracing::warn!(
+                runs = abandoned,
+                "runs still open at shutdown: at the next start a queued one runs, a running one resumes with a new attempt if it has one left, else it ends ERROR (process_stopped)"
+            );
         }
         self.inner.system.stop();
         for agent in self.inner.shared.agents.values() {

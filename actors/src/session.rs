@@ -175,6 +175,58 @@ pub(crate) struct Wake;
 #[rtype(result = "()")]
 struct RunFinishedMsg(Finished);
 
+/// The run lifecycle in the log, one line per step a person follows, written when the
+/// step is journaled: the actor's own steps (accepted, and the end: completed, failed
+/// with its class, cancelled) here, as it applies them; the run task's (started, an
+/// attempt failed with its class and whether it is retried) by [`log_task_step`] as
+/// the task appends them (the actor folds those only when the run ends).
+fn log_actor_step(session_id: &SessionId, event: &Event) {
+    match event {
+        // A quick run's start goes with its end, in the actor's append.
+        Event::RunStarted { .. } | Event::AttemptFailed { .. } => log_task_step(session_id, event),
+        Event::RunQueued {
+            run_id, agent_id, ..
+        } => tracing::info!(%run_id, %session_id, agent_id, "run accepted"),
+        Event::RunCompleted { run_id, .. } => {
+            tracing::info!(%run_id, %session_id, "run completed")
+        }
+        Event::RunFailed {
+            run_id,
+            error_type,
+            message,
+            ..
+        } => tracing::warn!(%run_id, %session_id, error_type, "run failed: {message}"),
+        Event::RunCancelled { run_id, reason } => {
+            tracing::info!(%run_id, %session_id, "run cancelled: {reason}")
+        }
+        _ => {}
+    }
+}
+
+/// The run task's steps in the log (see [`log_actor_step`]).
+pub(crate) fn log_task_step(session_id: &SessionId, event: &Event) {
+    match event {
+        Event::RunStarted { run_id, model, .. } => {
+            tracing::info!(%run_id, %session_id, model, "run started")
+        }
+        Event::AttemptFailed {
+            run_id,
+            attempt,
+            error_type,
+            message,
+            retryable,
+        } => tracing::warn!(
+            %run_id,
+            %session_id,
+            attempt,
+            error_type,
+            retryable,
+            "attempt failed: {message}"
+        ),
+        _ => {}
+    }
+}
+
 impl SessionActor {
     pub(crate) fn new(
         session_id: SessionId,
@@ -203,7 +255,17 @@ impl SessionActor {
         }
     }
 
+    /// Applies records this actor appended (they are logged here: see
+    /// [`log_actor_step`]).
     fn apply(&mut self, records: &[Arc<Recorded>]) {
+        for record in records {
+            log_actor_step(&self.session_id, &record.event);
+        }
+        self.fold(records);
+    }
+
+    /// Applies records, logging nothing (a run task's, logged as it appended them).
+    fn fold(&mut self, records: &[Arc<Recorded>]) {
         for record in records {
             let counter = match record.event {
                 Event::RunStarted { .. } => Some(&self.shared.counters.started),
@@ -296,11 +358,14 @@ impl SessionActor {
                 continue;
             };
             match run.status {
-                RunStatus::Pending => self.queue.push_back(Queued {
-                    run_id: run.run_id.clone(),
-                    durable: true,
-                    resume: false,
-                }),
+                RunStatus::Pending => {
+                    tracing::info!(run_id = %run.run_id, session_id = %self.session_id, "run recovered: queued again");
+                    self.queue.push_back(Queued {
+                        run_id: run.run_id.clone(),
+                        durable: true,
+                        resume: false,
+                    })
+                }
                 RunStatus::Running => match &run.last_failure {
                     // A permanent failure was recorded before the stop: never retried.
                     Some((attempt, error_type, false)) if *attempt == run.attempts => {
@@ -311,6 +376,12 @@ impl SessionActor {
                     }
                     _ if run.attempts < agent.retry.max_attempts() => {
                         // It was the session's running turn: it goes first.
+                        tracing::info!(
+                            run_id = %run.run_id,
+                            session_id = %self.session_id,
+                            attempt = run.attempts + 1,
+                            "run recovered: in flight at the stop, it resumes with a new attempt"
+                        );
                         self.queue.push_front(Queued {
                             run_id: run.run_id.clone(),
                             durable: true,
@@ -977,7 +1048,7 @@ impl Handler<RunFinishedMsg> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, RunFinishedMsg(finished): RunFinishedMsg, ctx: &mut Self::Context) {
-        self.apply(&finished.records);
+        self.fold(&finished.records);
         self.end_run(finished.run_id, finished.terminal, Some(finished.slot), ctx);
     }
 }

@@ -28,16 +28,29 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the HTTP gateway.
+    #[command(after_help = SERVE_ENVIRONMENT)]
     Serve {
-        /// Configuration file (TOML); defaults apply without one.
+        /// Configuration file (TOML); defaults apply without one (docs/CONFIG.md).
         #[arg(long)]
         config: Option<PathBuf>,
-        /// Data directory (overrides the configuration).
+        /// Data directory (overrides `server.data_dir`, default ./turnstile-data).
         #[arg(long)]
         data_dir: Option<PathBuf>,
-        /// Listen address HOST:PORT (overrides the configuration).
-        #[arg(long)]
+        /// Listen address HOST:PORT, a host name allowed (overrides `server.addr`,
+        /// default 127.0.0.1:7777; the last one given wins).
+        #[arg(long, overrides_with = "addr")]
         addr: Option<String>,
+        /// Log lines as text (for a person) or JSON (one object a line, for a collector).
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
+        /// Log level or filter (`info`, `debug`, `turnstile=debug,info`...); without it
+        /// RUST_LOG, else `info`.
+        #[arg(long)]
+        log_level: Option<String>,
+        /// Print the effective configuration as TOML (defaults filled in, secrets
+        /// masked), which `--config` accepts back, and exit.
+        #[arg(long)]
+        print_config: bool,
     },
     /// Audit and maintain a journal.
     Journal {
@@ -115,6 +128,22 @@ enum JournalCommand {
     },
 }
 
+/// The environment `turnstile serve` reads, shown by `--help`.
+const SERVE_ENVIRONMENT: &str = "Environment:
+  TURNSTILE_API_KEY  the API key; auth is on when it is set (the variable's name is
+                     `server.api_key_env`)
+  RUST_LOG           the log filter when --log-level is not given (default info)
+  Agents' CLIs inherit the server's environment, plus their `env` table.";
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// One readable line per event.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
 fn load_config(path: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result<Config> {
     let mut config = Config::load(path.as_deref())?;
     if let Some(data_dir) = data_dir {
@@ -131,7 +160,10 @@ pub fn main() -> ExitCode {
             config,
             data_dir,
             addr,
-        } => run_serve(config, data_dir, addr),
+            log_format,
+            log_level,
+            print_config,
+        } => run_serve(config, data_dir, addr, log_format, log_level, print_config),
         Command::Journal {
             command: JournalCommand::Verify { config, data_dir },
         } => verify(config, data_dir),
@@ -174,17 +206,32 @@ fn run_serve(
     config: Option<PathBuf>,
     data_dir: Option<PathBuf>,
     addr: Option<String>,
+    log_format: LogFormat,
+    log_level: Option<String>,
+    print_config: bool,
 ) -> anyhow::Result<ExitCode> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let mut config = load_config(config, data_dir)?;
     if let Some(addr) = addr {
         config.server.addr = addr;
+    }
+    if print_config {
+        print!("{}", config.to_toml()?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let filter = match log_level {
+        Some(level) => tracing_subscriber::EnvFilter::try_new(&level)
+            .map_err(|error| anyhow::anyhow!("--log-level {level:?}: {error}"))?,
+        None => tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+    };
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal, never in a file or a pipe.
+        .with_ansi(std::io::stderr().is_terminal());
+    match log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

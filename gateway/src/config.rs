@@ -6,12 +6,12 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use turnstile_actors::{AgentSpec, RetryPolicy};
 use turnstile_harness::{HarnessConfig, HarnessContext};
 
 /// The whole file.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// `[server]`.
@@ -23,7 +23,7 @@ pub struct Config {
 }
 
 /// `[server]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Listen address.
@@ -79,7 +79,7 @@ impl Default for ServerConfig {
 
 /// One `[[agents]]` entry: the keys every agent has; the `harness` key and the
 /// harness's own keys are read by the harness crate's table.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct AgentConfig {
     /// Agent id, used in routes.
     pub id: String,
@@ -329,7 +329,72 @@ impl Config {
     }
 }
 
+/// Whether an environment variable's name says its value is a secret.
+fn is_secret(name: &str) -> bool {
+    let name = name.to_ascii_uppercase();
+    [
+        "KEY",
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "AUTH",
+        "CREDENTIAL",
+    ]
+    .iter()
+    .any(|word| name.contains(word))
+}
+
+/// What a masked secret prints as.
+pub const MASKED: &str = "<masked>";
+
 impl Config {
+    /// The effective configuration as TOML, defaults filled in and secrets (values of
+    /// an agent's `env` whose names say they are keys, tokens, passwords...) masked:
+    /// `--config` accepts it back.
+    pub fn to_toml(&self) -> Result<String, ConfigError> {
+        let mut effective = self.clone();
+        for agent in &mut effective.agents {
+            agent.name.get_or_insert_with(|| agent.id.clone());
+            agent
+                .events_to_skip
+                .get_or_insert_with(|| vec!["RunContent".to_owned()]);
+            agent
+                .cwd
+                .get_or_insert_with(|| self.server.data_dir.join("workspace"));
+        }
+        let mut value = toml::Value::try_from(&effective).map_err(|error| {
+            ConfigError::Invalid(format!("cannot print the configuration: {error}"))
+        })?;
+        if let Some(agents) = value.get_mut("agents").and_then(|a| a.as_array_mut()) {
+            for agent in agents {
+                if let Some(env) = agent.get_mut("env").and_then(|e| e.as_table_mut()) {
+                    for (name, value) in env.iter_mut() {
+                        if is_secret(name) {
+                            *value = toml::Value::String(MASKED.into());
+                        }
+                    }
+                }
+            }
+        }
+        // `[server]` first, then the agents, as a person writes the file.
+        let mut text = String::new();
+        for key in ["server", "agents"] {
+            let mut part = toml::Table::new();
+            if let Some(section) = value.as_table_mut().and_then(|table| table.remove(key)) {
+                part.insert(key.to_owned(), section);
+            }
+            let part = toml::to_string(&part).map_err(|error| {
+                ConfigError::Invalid(format!("cannot print the configuration: {error}"))
+            })?;
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(&part);
+        }
+        Ok(text)
+    }
+
     /// The agents that store events, with the event types they skip.
     pub fn stored_events(&self) -> std::collections::HashMap<String, Vec<String>> {
         self.agents

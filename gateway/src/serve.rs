@@ -33,6 +33,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     if api_key.is_some() {
         tracing::info!("API key auth is on ({} is set)", config.server.api_key_env);
     }
+    let versions = check_clis(&config).await?;
     let agents = config.agent_specs()?;
     let data_dir: PathBuf = config.server.data_dir.clone();
     let arbiters = std::thread::available_parallelism()
@@ -48,15 +49,20 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         session_idle: std::time::Duration::from_secs_f64(config.server.session_idle_s),
         max_event_bytes: config.server.max_event_bytes,
     })?;
-    let addr: SocketAddr = config
-        .server
-        .addr
-        .parse()
-        .with_context(|| format!("server.addr {:?} is not HOST:PORT", config.server.addr))?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
+    let addr = resolve(&config.server.addr).await?;
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+        format!(
+            "cannot listen on {addr} (server.addr {:?})",
+            config.server.addr
+        )
+    })?;
     let local = listener.local_addr()?;
+    if open_without_auth(local.ip(), api_key.is_some()) {
+        tracing::warn!(
+            "listening on {local}, beyond loopback, with auth off: anyone who can reach it can run agents; set {} to an API key",
+            config.server.api_key_env
+        );
+    }
     let shutdown = CancellationToken::new();
     tokio::spawn(wait_for_signal(shutdown.clone()));
     let sse = SseOptions {
@@ -74,9 +80,29 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         body_timeout: Duration::from_secs_f64(config.server.body_timeout_s),
     });
     tracing::info!(
-        "turnstile listening on http://{local} (data dir {})",
+        "turnstile {} listening on http://{local} (data dir {})",
+        env!("CARGO_PKG_VERSION"),
         data_dir.display()
     );
+    for agent in &config.agents {
+        match versions.get(&agent.id) {
+            Some(version) => tracing::info!(
+                "agent {}: harness {}, CLI {version}",
+                agent.id,
+                agent.harness.name()
+            ),
+            None => tracing::info!("agent {}: harness {}", agent.id, agent.harness.name()),
+        }
+    }
+    match runtime.runs_recovering() {
+        0 => {}
+        1 => tracing::info!(
+            "recovery: 1 run left open by the last stop is being resolved (queued again, resumed with a new attempt, or ended)"
+        ),
+        n => tracing::info!(
+            "recovery: {n} runs left open by the last stop are being resolved (queued again, resumed with a new attempt, or ended)"
+        ),
+    }
     let listen = ListenOptions {
         header_timeout: Duration::from_secs_f64(config.server.header_timeout_s),
         idle_timeout: Duration::from_secs_f64(config.server.idle_timeout_s),
@@ -87,6 +113,68 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     runtime.shutdown().await?;
     tracing::info!("turnstile stopped");
     Ok(())
+}
+
+/// Whether the server listens where others can reach it with no API key: a warning.
+fn open_without_auth(ip: std::net::IpAddr, auth: bool) -> bool {
+    !ip.is_loopback() && !auth
+}
+
+/// `server.addr` as a socket address: `HOST:PORT`, the host an IP address or a name
+/// (`localhost:7777`), the first address it resolves to.
+async fn resolve(addr: &str) -> anyhow::Result<SocketAddr> {
+    if let Ok(addr) = addr.parse() {
+        return Ok(addr);
+    }
+    let mut found = tokio::net::lookup_host(addr).await.with_context(|| {
+        format!("server.addr {addr:?} is not HOST:PORT with a host that resolves")
+    })?;
+    // IPv4 first: `localhost` then means 127.0.0.1, as clients try it.
+    let all: Vec<SocketAddr> = found.by_ref().collect();
+    all.iter()
+        .find(|a| a.is_ipv4())
+        .or_else(|| all.first())
+        .copied()
+        .with_context(|| format!("server.addr {addr:?} resolves to no address"))
+}
+
+/// Each agent's CLI runs (`--version`) before the server starts: a missing or broken
+/// binary is refused at once, naming its configuration key, instead of failing every
+/// run later. Returns each CLI's version, by agent.
+async fn check_clis(config: &Config) -> anyhow::Result<std::collections::HashMap<String, String>> {
+    let mut versions = std::collections::HashMap::new();
+    for agent in &config.agents {
+        let Some((key, bin)) = agent.harness.cli_bin() else {
+            continue;
+        };
+        let refuse = |why: String| {
+            anyhow::anyhow!(
+                "agent {:?}: {key} = {:?} {why}",
+                agent.id,
+                bin.display().to_string()
+            )
+        };
+        let run = tokio::process::Command::new(bin)
+            .arg("--version")
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        let output = tokio::time::timeout(Duration::from_secs(30), run)
+            .await
+            .map_err(|_| refuse("did not answer `--version` within 30 s".into()))?
+            .map_err(|error| refuse(format!("cannot be run: {error}")))?;
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            return Err(refuse(format!(
+                "failed `--version` ({}): {}",
+                output.status,
+                stderr.trim()
+            )));
+        }
+        let version = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+        versions.insert(agent.id.clone(), version);
+    }
+    Ok(versions)
 }
 
 /// Raises the descriptor limit to its hard limit and bounds the connections by it, so a
@@ -158,4 +246,30 @@ pub async fn serve_baseline(addr: &str) -> anyhow::Result<()> {
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::open_without_auth;
+
+    // Only decided, never bound: servers in tests listen on loopback only.
+    #[test]
+    fn listening_beyond_loopback_without_auth_is_warned_of_17() {
+        let lan: std::net::IpAddr = "192.168.1.10".parse().unwrap();
+        let any: std::net::IpAddr = "0.0.0.0".parse().unwrap();
+        let loopback: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        let loopback6: std::net::IpAddr = "::1".parse().unwrap();
+        assert!(open_without_auth(lan, false));
+        assert!(open_without_auth(any, false));
+        assert!(!open_without_auth(lan, true));
+        assert!(!open_without_auth(loopback, false));
+        assert!(!open_without_auth(loopback6, false));
+    }
+
+    #[tokio::test]
+    async fn a_host_name_resolves_to_its_ipv4_address_first_17() {
+        let addr = super::resolve("localhost:7777").await.unwrap();
+        assert_eq!(addr, "127.0.0.1:7777".parse().unwrap());
+        assert!(super::resolve("no-port").await.is_err());
+    }
 }

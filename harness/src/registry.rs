@@ -8,14 +8,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::claude::{ClaudeCodeHarness, ClaudeCodeOptions};
 use crate::codex::CodexOptions;
 use crate::{Harness, ScriptedHarness};
 
 /// An agent's harness and its options, selected by the `harness` key.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(tag = "harness")]
 pub enum HarnessConfig {
     /// The built-in scripted harness (no options).
@@ -30,7 +30,7 @@ pub enum HarnessConfig {
 }
 
 /// The scripted harness takes no options of its own.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ScriptedConfig {}
 
 impl<'de> Deserialize<'de> for ScriptedConfig {
@@ -82,6 +82,16 @@ impl HarnessConfig {
             HarnessConfig::Scripted(_) => "scripted",
             HarnessConfig::ClaudeCode(_) => "claude-code",
             HarnessConfig::Codex(_) => "codex",
+        }
+    }
+
+    /// The CLI this harness runs, with the configuration key that names it (`None` for
+    /// a harness that runs no CLI).
+    pub fn cli_bin(&self) -> Option<(&'static str, &Path)> {
+        match self {
+            HarnessConfig::Scripted(_) => None,
+            HarnessConfig::ClaudeCode(options) => Some(("claude_bin", &options.bin)),
+            HarnessConfig::Codex(options) => Some(("codex_bin", &options.bin)),
         }
     }
 

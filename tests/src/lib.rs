@@ -57,9 +57,14 @@ pub fn turnstile_bin() -> PathBuf {
     .clone()
 }
 
+/// Log lines a [`Server`] keeps.
+pub const SERVER_LOG_LINES: usize = 10_000;
+
 /// A `turnstile serve` process on a loopback port of its own choosing.
 pub struct Server {
     child: Child,
+    /// Its log lines (stderr), the newest [`SERVER_LOG_LINES`] of them.
+    logs: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
     /// `http://127.0.0.1:PORT`.
     pub base: String,
     /// Its data directory.
@@ -124,6 +129,8 @@ impl Server {
             .expect("spawn turnstile serve");
         let stderr = child.stderr.take().expect("stderr");
         let (sender, receiver) = std::sync::mpsc::channel();
+        let logs = std::sync::Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
+        let kept = logs.clone();
         // Keep draining stderr so the server never blocks on a full pipe.
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -138,6 +145,12 @@ impl Server {
                 if std::env::var_os("TURNSTILE_TEST_LOGS").is_some() {
                     eprintln!("[server] {line}");
                 }
+                if let Ok(mut kept) = kept.lock() {
+                    if kept.len() == SERVER_LOG_LINES {
+                        kept.pop_front();
+                    }
+                    kept.push_back(line);
+                }
             }
         });
         let addr = match receiver.recv_timeout(Duration::from_secs(30)) {
@@ -149,9 +162,18 @@ impl Server {
         };
         Server {
             child,
+            logs,
             base: format!("http://{addr}"),
             data_dir: data_dir.to_path_buf(),
         }
+    }
+
+    /// The log lines it wrote so far (the newest [`SERVER_LOG_LINES`]).
+    pub fn logs(&self) -> Vec<String> {
+        self.logs
+            .lock()
+            .map(|logs| logs.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// The URL of `path`.
@@ -183,6 +205,18 @@ impl Server {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// SIGTERM, as [`Server::terminate`], then every line it logged, the last ones of
+    /// its shutdown included.
+    pub fn terminate_logs(self) -> Vec<String> {
+        let logs = self.logs.clone();
+        self.terminate();
+        // The reader thread takes the last lines before the pipe's end.
+        std::thread::sleep(Duration::from_millis(200));
+        logs.lock()
+            .map(|logs| logs.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// SIGKILL: the crash case.

@@ -155,7 +155,25 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             require_api_key,
         ))
+        .layer(axum::middleware::from_fn(log_request))
         .with_state(state)
+}
+
+/// One log line per request: method, path (without its query), status, and the time to
+/// the response's head (a stream's frames follow it). Refusals, 401 included, too.
+async fn log_request(request: Request, next: axum::middleware::Next) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    let status = response.status().as_u16();
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    if status >= 500 {
+        tracing::warn!(target: "turnstile::http", "{method} {path} {status} {ms:.1} ms");
+    } else {
+        tracing::info!(target: "turnstile::http", "{method} {path} {status} {ms:.1} ms");
+    }
+    response
 }
 
 /// The request's fields, read within the body deadline: a client that sends its body

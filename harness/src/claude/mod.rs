@@ -19,7 +19,7 @@ mod stream;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 pub use outcome::classify;
@@ -33,7 +33,7 @@ pub const DEFAULT_MODEL: &str = "claude-sonnet-4-6";
 /// The typed options of a `claude-code` agent, as the configuration file spells them
 /// (`spec/cli.md`; unknown keys are refused by name). `cwd` and `state_dir` come from
 /// the agent, not from these keys.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClaudeCodeOptions {
     /// Path of the `claude` CLI (key `claude_bin`, default `claude` on `PATH`).

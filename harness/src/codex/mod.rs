@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::cli::{CliHarness, CliSettings, Dialect, Launch, LineContext, Step};
@@ -24,7 +24,7 @@ pub const DEFAULT_MODEL: &str = "gpt-5.6-luna";
 /// The typed options of a `codex` agent, as the configuration file spells them
 /// (`spec/cli.md`; unknown keys are refused by name). `cwd` and `state_dir` come from
 /// the agent, not from these keys.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CodexOptions {
     /// Path of the `codex` CLI (key `codex_bin`, default `codex` on `PATH`).

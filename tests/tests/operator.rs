@@ -1,0 +1,337 @@
+//! Issue 17, for an operator on day one, on the real binary: logs a person can read (one
+//! line per request, the run lifecycle, a start-up banner, no colour codes in a pipe,
+//! JSON on request), a configuration one can see (`--print-config`, accepted back by
+//! `--config`, secrets masked), `--help` naming defaults and the environment, a CLI
+//! binary checked at start naming its key, and `addr` with a host name.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use turnstile_tests::{
+    Server, http_client, lossy, post_form, turnstile, turnstile_in_ok, wait_until,
+};
+
+fn has(logs: &[String], needle: &str) -> bool {
+    logs.iter().any(|line| line.contains(needle))
+}
+
+#[tokio::test]
+async fn logs_name_each_request_the_run_lifecycle_and_the_start_17() {
+    let dir = tempfile::tempdir().unwrap();
+    // The default level: no RUST_LOG override beyond the helper's `info`.
+    let server = Server::start(dir.path());
+    let done = post_form(
+        &server,
+        "/agents/scripted/runs",
+        &[
+            ("message", "hello"),
+            ("stream", "false"),
+            ("session_id", "s1"),
+        ],
+    )
+    .await;
+    assert_eq!(done.status(), 200);
+    let run: Value = done.json().await.unwrap();
+    let run_id = run["run_id"].as_str().unwrap().to_owned();
+    let missing = http_client()
+        .get(server.url("/agents/scripted/runs/no-such-run"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    let logs = server.terminate_logs();
+    let port = logs
+        .iter()
+        .find_map(|line| line.split("listening on http://127.0.0.1:").nth(1))
+        .expect("banner with the address");
+    assert!(!port.is_empty());
+    assert!(has(&logs, "(data dir "), "{logs:#?}");
+    assert!(has(&logs, "agent scripted: harness scripted"), "{logs:#?}");
+    assert!(has(&logs, "POST /agents/scripted/runs 200"), "{logs:#?}");
+    assert!(
+        has(&logs, "GET /agents/scripted/runs/no-such-run 404"),
+        "{logs:#?}"
+    );
+    for step in ["run accepted", "run started", "run completed"] {
+        assert!(
+            logs.iter()
+                .any(|line| line.contains(step) && line.contains(&run_id)),
+            "{step} of {run_id} missing: {logs:#?}"
+        );
+    }
+    assert!(has(&logs, "turnstile stopped"), "{logs:#?}");
+    // A pipe is not a terminal: no colour codes.
+    assert!(
+        !logs.iter().any(|line| line.contains('\u{1b}')),
+        "{logs:#?}"
+    );
+}
+
+#[tokio::test]
+async fn failed_retried_recovered_and_abandoned_runs_are_logged_17() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("turnstile.toml");
+    std::fs::write(
+        &config,
+        "[[agents]]\nid = \"scripted\"\nharness = \"scripted\"\nretries = 1\ndelay_between_retries_s = 0.0\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap().to_owned();
+    let server = Server::start_with(dir.path(), &["--config", &config]);
+    // Every attempt fails: one retry, then the run fails with its class.
+    let failed = post_form(
+        &server,
+        "/agents/scripted/runs",
+        &[
+            ("message", "/fail transient 5"),
+            ("stream", "false"),
+            ("session_id", "f"),
+        ],
+    )
+    .await;
+    let failed: Value = failed.json().await.unwrap();
+    assert_eq!(failed["status"], "ERROR", "{failed}");
+    // A long run in flight at a SIGKILL: recovery resumes it at the next start.
+    let long = post_form(
+        &server,
+        "/agents/scripted/runs",
+        &[
+            ("message", "/sleep 60000"),
+            ("background", "true"),
+            ("stream", "false"),
+            ("session_id", "l"),
+        ],
+    )
+    .await;
+    let long: Value = long.json().await.unwrap();
+    let long_id = long["run_id"].as_str().unwrap().to_owned();
+    wait_until("the long run runs", Duration::from_secs(10), || {
+        has(&server.logs(), &format!("run started run_id={long_id}"))
+    });
+    let logs = server.logs();
+    assert!(
+        logs.iter()
+            .any(|line| line.contains("attempt failed") && line.contains("retryable=")),
+        "{logs:#?}"
+    );
+    assert!(
+        logs.iter()
+            .any(|line| line.contains("run failed") && line.contains("error_type=")),
+        "{logs:#?}"
+    );
+    server.kill();
+    let server = Server::start_with(dir.path(), &["--config", &config]);
+    wait_until("recovery logged", Duration::from_secs(10), || {
+        has(&server.logs(), "run recovered")
+    });
+    let logs = server.logs();
+    assert!(
+        has(&logs, "recovery: 1 runs left open by the last stop"),
+        "{logs:#?}"
+    );
+    assert!(
+        logs.iter()
+            .any(|line| line.contains("run recovered") && line.contains(&long_id)),
+        "{logs:#?}"
+    );
+    // Stopped while the run is still in flight: the drain gives up and says so.
+    let logs = server.terminate_logs();
+    assert!(has(&logs, "runs still open at shutdown"), "{logs:#?}");
+}
+
+#[tokio::test]
+async fn json_logs_are_one_object_a_line_17() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), &["--log-format", "json"]);
+    let done = post_form(
+        &server,
+        "/agents/scripted/runs",
+        &[("message", "hello"), ("stream", "false")],
+    )
+    .await;
+    assert_eq!(done.status(), 200);
+    let logs = server.terminate_logs();
+    assert!(logs.len() >= 5, "{logs:#?}");
+    for line in &logs {
+        let object: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(
+            object["level"].is_string() && object["fields"].is_object(),
+            "{line}"
+        );
+    }
+    assert!(has(&logs, "POST /agents/scripted/runs 200"), "{logs:#?}");
+}
+
+#[test]
+fn log_level_is_checked_and_quiets_the_server_17() {
+    let bad = turnstile(&["serve", "--log-level", "=[", "--addr", "127.0.0.1:0"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", lossy(&bad.stderr));
+    assert!(
+        lossy(&bad.stderr).contains("--log-level"),
+        "{}",
+        lossy(&bad.stderr)
+    );
+}
+
+#[test]
+fn print_config_fills_in_defaults_masks_secrets_and_is_accepted_back_17() {
+    let dir = tempfile::tempdir().unwrap();
+    // No file: the defaults.
+    let defaults = turnstile_in_ok(dir.path(), &["serve", "--print-config"]);
+    assert!(defaults.starts_with("[server]\n"), "{defaults}");
+    for line in [
+        "addr = \"127.0.0.1:7777\"",
+        "api_key_env = \"TURNSTILE_API_KEY\"",
+        "max_concurrent_runs = 8",
+        "session_idle_s = 60.0",
+        "harness = \"scripted\"",
+        "id = \"scripted\"",
+    ] {
+        assert!(defaults.contains(line), "{line} missing from {defaults}");
+    }
+    let data_dir = dir.path().join("turnstile-data");
+    assert!(
+        defaults.contains(&format!("data_dir = \"{}\"", data_dir.display())),
+        "{defaults}"
+    );
+    // Printing starts nothing and writes nothing.
+    assert!(!data_dir.exists());
+
+    // A file with a secret in an agent's environment, and overrides on the command line.
+    std::fs::write(
+        dir.path().join("t.toml"),
+        "[server]\nmax_queued_runs = 7\n\n[[agents]]\nid = \"c\"\nharness = \"claude-code\"\nclaude_bin = \"./bin/claude\"\nenv = { ANTHROPIC_API_KEY = \"sk-very-secret\", ANTHROPIC_BASE_URL = \"http://127.0.0.1:9\" }\n",
+    )
+    .unwrap();
+    let printed = turnstile_in_ok(
+        dir.path(),
+        &[
+            "serve",
+            "--config",
+            "t.toml",
+            "--addr",
+            "localhost:7001",
+            "--print-config",
+        ],
+    );
+    assert!(!printed.contains("sk-very-secret"), "{printed}");
+    assert!(
+        printed.contains("ANTHROPIC_API_KEY = \"<masked>\""),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("ANTHROPIC_BASE_URL = \"http://127.0.0.1:9\""),
+        "{printed}"
+    );
+    assert!(printed.contains("addr = \"localhost:7001\""), "{printed}");
+    assert!(printed.contains("max_queued_runs = 7"), "{printed}");
+    assert!(
+        printed.contains("model = \"claude-sonnet-4-6\""),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(&format!(
+            "claude_bin = \"{}\"",
+            dir.path().join("bin/claude").display()
+        )),
+        "{printed}"
+    );
+    // `--config` accepts it back, and it prints the same.
+    std::fs::write(dir.path().join("printed.toml"), &printed).unwrap();
+    let again = turnstile_in_ok(
+        dir.path(),
+        &["serve", "--config", "printed.toml", "--print-config"],
+    );
+    assert_eq!(again, printed);
+}
+
+#[test]
+fn help_shows_defaults_and_the_environment_17() {
+    let help = lossy(&turnstile(&["serve", "--help"]).stdout);
+    for needle in [
+        "default 127.0.0.1:7777",
+        "default ./turnstile-data",
+        "TURNSTILE_API_KEY",
+        "RUST_LOG",
+        "--print-config",
+        "--log-format",
+        "[default: text]",
+    ] {
+        assert!(help.contains(needle), "{needle} missing from:\n{help}");
+    }
+}
+
+#[test]
+fn a_cli_that_cannot_run_is_refused_at_start_naming_its_key_17() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("t.toml"),
+        "[[agents]]\nid = \"claude\"\nharness = \"claude-code\"\nclaude_bin = \"./node_modules/.bin/claude\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(turnstile_tests::turnstile_bin())
+        .current_dir(dir.path())
+        .args(["serve", "--config", "t.toml", "--addr", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    let stderr = lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("agent \"claude\": claude_bin"), "{stderr}");
+    assert!(stderr.contains("node_modules/.bin/claude"), "{stderr}");
+    assert!(stderr.contains("cannot be run"), "{stderr}");
+    // Refused before anything was opened.
+    assert!(!dir.path().join("turnstile-data").exists());
+
+    // A binary that runs but fails `--version` is refused too, with what it said.
+    let fake = dir.path().join("broken-cli");
+    std::fs::write(&fake, "#!/bin/sh\necho 'no licence' >&2\nexit 3\n").unwrap();
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&fake)
+        .status()
+        .unwrap();
+    std::fs::write(
+        dir.path().join("t.toml"),
+        "[[agents]]\nid = \"claude\"\nharness = \"claude-code\"\nclaude_bin = \"./broken-cli\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(turnstile_tests::turnstile_bin())
+        .current_dir(dir.path())
+        .args(["serve", "--config", "t.toml", "--addr", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    let stderr = lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("failed `--version`") && stderr.contains("no licence"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn addr_takes_a_host_name_17() {
+    let dir = tempfile::tempdir().unwrap();
+    // A free port: bind one and let it go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("localhost:{port}");
+    let server = Server::start_with(dir.path(), &["--addr", &addr]);
+    assert_eq!(server.base, format!("http://127.0.0.1:{port}"));
+    let health = http_client()
+        .get(format!("http://127.0.0.1:{port}/health"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    server.terminate();
+    let bad = turnstile(&["serve", "--addr", "no-such-host.invalid:7777"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        lossy(&bad.stderr).contains("server.addr"),
+        "{}",
+        lossy(&bad.stderr)
+    );
+}
