@@ -12,6 +12,7 @@ mod api;
 pub mod directory;
 pub mod history;
 mod keeper;
+mod lifecycle;
 mod reads;
 mod registry;
 mod run;

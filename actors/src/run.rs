@@ -536,7 +536,7 @@ impl RunTask {
         let failure = match appended {
             Ok(Ok(appended)) => {
                 for record in &appended {
-                    crate::session::log_task_step(&record.session_id, &record.event);
+                    crate::lifecycle::log_task_step(&record.session_id, &record.event);
                 }
                 broadcast_wire(&self.live, &appended);
                 records.extend(appended);

@@ -122,11 +122,12 @@ async fn failed_retried_recovered_and_abandoned_runs_are_logged_17() {
     server.kill();
     let server = Server::start_with(dir.path(), &["--config", &config]);
     wait_until("recovery logged", Duration::from_secs(10), || {
-        has(&server.logs(), "run recovered")
+        let logs = server.logs();
+        has(&logs, "run recovered") && has(&logs, "recovery: ")
     });
     let logs = server.logs();
     assert!(
-        has(&logs, "recovery: 1 runs left open by the last stop"),
+        has(&logs, "recovery: 1 run left open by the last stop"),
         "{logs:#?}"
     );
     assert!(
