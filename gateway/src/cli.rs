@@ -227,8 +227,9 @@ fn run_serve(
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        // Colours only for a person at a terminal, never in a file or a pipe.
-        .with_ansi(std::io::stderr().is_terminal());
+        // Colours only for a person at a terminal (both outputs, as `spec/cli.md` says of
+        // stdout), never in a file or a pipe.
+        .with_ansi(std::io::stderr().is_terminal() && std::io::stdout().is_terminal());
     match log_format {
         LogFormat::Text => logs.init(),
         LogFormat::Json => logs.json().init(),

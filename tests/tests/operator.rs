@@ -336,3 +336,68 @@ async fn addr_takes_a_host_name_17() {
         lossy(&bad.stderr)
     );
 }
+
+/// Every key of every table of the configuration, as `--print-config` prints it for a
+/// file that sets every optional key, is documented in `docs/CONFIG.md`.
+#[test]
+fn every_configuration_key_is_documented_17() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("all.toml"),
+        r#"[[agents]]
+id = "scripted"
+harness = "scripted"
+
+[[agents]]
+id = "claude"
+harness = "claude-code"
+permission_mode = "default"
+max_turns = 3
+max_budget_usd = 1.0
+system_prompt = "be brief"
+mcp_config = "./mcp.json"
+env = { A = "b" }
+
+[[agents]]
+id = "codex"
+harness = "codex"
+base_url = "http://127.0.0.1:9/v1"
+codex_config = { model_reasoning_effort = "low" }
+env = { A = "b" }
+"#,
+    )
+    .unwrap();
+    let printed = turnstile_in_ok(
+        dir.path(),
+        &["serve", "--config", "all.toml", "--print-config"],
+    );
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/CONFIG.md"),
+    )
+    .unwrap();
+    let mut missing = Vec::new();
+    let mut keys = 0;
+    for line in printed.lines() {
+        let Some((key, _)) = line.split_once(" = ") else {
+            continue;
+        };
+        let key = key.trim();
+        // Keys inside an `env` or `codex_config` table are the user's own.
+        if key.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+            || key == "model_reasoning_effort"
+        {
+            continue;
+        }
+        keys += 1;
+        if !doc.contains(&format!("`{key}`")) {
+            missing.push(key.to_owned());
+        }
+    }
+    for table in ["[server]", "[[agents]]", "env", "codex_config"] {
+        if !doc.contains(table) {
+            missing.push(table.to_owned());
+        }
+    }
+    assert!(keys > 30, "{printed}");
+    assert!(missing.is_empty(), "not in docs/CONFIG.md: {missing:?}");
+}
