@@ -610,3 +610,52 @@ async fn a_terabyte_content_length_is_refused_at_once_13() {
         "{answer}"
     );
 }
+
+/// `docs/API.md` names every route the router serves, each with every status the
+/// served OpenAPI document gives it, and every event type the gateway renders.
+#[tokio::test]
+async fn every_route_status_and_event_is_in_the_api_document_17() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let doc = std::fs::read_to_string(root.join("docs/API.md")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let document: Value = get_json(&server, "/openapi.json").await;
+    let mut missing = Vec::new();
+    for (method, path) in routed() {
+        let name = format!("`{} {path}`", method.to_uppercase());
+        let Some(row) = doc
+            .lines()
+            .find(|line| line.starts_with(&format!("| {name}")))
+        else {
+            missing.push(name);
+            continue;
+        };
+        let statuses = document["paths"][&path][&method]["responses"]
+            .as_object()
+            .unwrap();
+        for status in statuses.keys() {
+            if !row.contains(status.as_str()) {
+                missing.push(format!("{name} {status}"));
+            }
+        }
+    }
+    // The event types are the capitalized string literals of the renderer.
+    let events = std::fs::read_to_string(root.join("gateway/src/api/events.rs")).unwrap();
+    let names: std::collections::BTreeSet<&str> = events
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|text| {
+            text.len() > 3
+                && text.starts_with(|c: char| c.is_ascii_uppercase())
+                && text.chars().all(|c| c.is_ascii_alphabetic())
+        })
+        .collect();
+    assert!(names.len() >= 8, "{names:?}");
+    for event in names {
+        if !doc.contains(&format!("| `{event}` |")) {
+            missing.push(event.to_owned());
+        }
+    }
+    assert!(missing.is_empty(), "not in docs/API.md: {missing:?}");
+}
