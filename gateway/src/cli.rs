@@ -1,4 +1,5 @@
-//! The command line of `spec/cli.md`: `serve` and the `journal` subcommands.
+//! The command line of `spec/cli.md`: `serve`, the `journal` subcommands, and
+//! `sessions`/`runs` for a running server (`client`).
 //!
 //! Journal commands open the data directory themselves and refuse, with a message
 //! that says why, while a server holds it. Long work shows a progress bar on a
@@ -52,6 +53,16 @@ enum Command {
         #[arg(long)]
         print_config: bool,
     },
+    /// A running server's sessions, over its HTTP API.
+    Sessions {
+        #[command(subcommand)]
+        command: SessionsCommand,
+    },
+    /// A running server's runs, over its HTTP API.
+    Runs {
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
     /// Audit and maintain a journal.
     Journal {
         #[command(subcommand)]
@@ -64,6 +75,122 @@ enum Command {
         /// Listen address.
         #[arg(long, default_value = "127.0.0.1:0")]
         addr: String,
+    },
+}
+
+/// How to reach a running server.
+#[derive(Debug, clap::Args)]
+struct Remote {
+    /// The server (default: `http://` + the configured `server.addr`, 127.0.0.1:7777);
+    /// the API key is read from the configured variable (TURNSTILE_API_KEY).
+    #[arg(long, global = true)]
+    url: Option<String>,
+    /// Configuration file, for the address and the API key's variable.
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// The server's JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum SessionsCommand {
+    /// Sessions, newest first, a page at a time.
+    List {
+        /// Only this agent's.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Only this user's.
+        #[arg(long)]
+        user: Option<String>,
+        /// Sessions per page (default 20).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Page, from 1.
+        #[arg(long)]
+        page: Option<usize>,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// One session and its runs.
+    Show {
+        /// The session.
+        session: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum RunsCommand {
+    /// An agent's runs, newest first, a page at a time.
+    List {
+        /// The agent (default: the server's only agent).
+        #[arg(long)]
+        agent: Option<String>,
+        /// Only this session's.
+        #[arg(long)]
+        session: Option<String>,
+        /// Only runs of this status (pending, running, completed, error, cancelled).
+        #[arg(long)]
+        status: Option<String>,
+        /// Runs per page (default 20, at most 100).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Page, from 1.
+        #[arg(long)]
+        page: Option<usize>,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// One run.
+    Show {
+        /// The run.
+        run: String,
+        /// Its agent (default: found from the run).
+        #[arg(long)]
+        agent: Option<String>,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Cancel a run (a finished one is left as it is).
+    Cancel {
+        /// The run.
+        run: String,
+        /// Its agent (default: found from the run).
+        #[arg(long)]
+        agent: Option<String>,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Follow a run's events by index, live, until its end (a finished run replays).
+    Tail {
+        /// The run.
+        run: String,
+        /// Its agent (default: found from the run).
+        #[arg(long)]
+        agent: Option<String>,
+        /// Only the events after this index (default: from the first).
+        #[arg(long)]
+        after: Option<i64>,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Continue a finished run from a checkpoint as a new run, and wait for its end.
+    Continue {
+        /// The run.
+        run: String,
+        /// Its agent (default: found from the run).
+        #[arg(long)]
+        agent: Option<String>,
+        /// `end`, `last_user`, or a message index from `GET …/checkpoints`.
+        #[arg(long, default_value = "end")]
+        from: String,
+        /// The new run's message.
+        #[arg(long)]
+        input: Option<String>,
+        #[command(flatten)]
+        remote: Remote,
     },
 }
 
@@ -168,6 +295,8 @@ pub fn main() -> ExitCode {
             command: JournalCommand::Verify { config, data_dir },
         } => verify(config, data_dir),
         Command::BenchBaseline { addr } => bench_baseline(&addr),
+        Command::Sessions { command } => sessions(command),
+        Command::Runs { command } => runs(command),
         Command::Journal {
             command:
                 JournalCommand::Timeline {
@@ -411,6 +540,93 @@ fn verify(config: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result<
                 corruption.pos, corruption.reason
             );
             Ok(ExitCode::from(1))
+        }
+    }
+}
+
+fn remote(remote: &Remote) -> anyhow::Result<(crate::client::Target, tokio::runtime::Runtime)> {
+    let config = load_config(remote.config.clone(), None)?;
+    let target = crate::client::Target::new(remote.url.clone(), &config)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    Ok((target, runtime))
+}
+
+fn sessions(command: SessionsCommand) -> anyhow::Result<ExitCode> {
+    use crate::client;
+    match command {
+        SessionsCommand::List {
+            agent,
+            user,
+            limit,
+            page,
+            remote: r,
+        } => {
+            let (target, runtime) = remote(&r)?;
+            client::exit(runtime.block_on(client::sessions_list(
+                &target, agent, user, limit, page, r.json,
+            )))
+        }
+        SessionsCommand::Show { session, remote: r } => {
+            let (target, runtime) = remote(&r)?;
+            client::exit(runtime.block_on(client::sessions_show(&target, &session, r.json)))
+        }
+    }
+}
+
+fn runs(command: RunsCommand) -> anyhow::Result<ExitCode> {
+    use crate::client;
+    match command {
+        RunsCommand::List {
+            agent,
+            session,
+            status,
+            limit,
+            page,
+            remote: r,
+        } => {
+            let (target, runtime) = remote(&r)?;
+            client::exit(runtime.block_on(client::runs_list(
+                &target, agent, session, status, limit, page, r.json,
+            )))
+        }
+        RunsCommand::Show {
+            run,
+            agent,
+            remote: r,
+        } => {
+            let (target, runtime) = remote(&r)?;
+            client::exit(runtime.block_on(client::runs_show(&target, agent, &run, r.json)))
+        }
+        RunsCommand::Cancel {
+            run,
+            agent,
+            remote: r,
+        } => {
+            let (target, runtime) = remote(&r)?;
+            client::exit(runtime.block_on(client::runs_cancel(&target, agent, &run, r.json)))
+        }
+        RunsCommand::Tail {
+            run,
+            agent,
+            after,
+            remote: r,
+        } => {
+            let (target, runtime) = remote(&r)?;
+            client::exit(runtime.block_on(client::runs_tail(&target, agent, &run, after, r.json)))
+        }
+        RunsCommand::Continue {
+            run,
+            agent,
+            from,
+            input,
+            remote: r,
+        } => {
+            let (target, runtime) = remote(&r)?;
+            client::exit(runtime.block_on(client::runs_continue(
+                &target, agent, &run, from, input, r.json,
+            )))
         }
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod listen;
 pub mod serve;
