@@ -198,8 +198,7 @@ fn import_into(
 ) -> Result<Result<ImportReport, ImportRefusal>, Error> {
     let db = store::open_sled(dir, &JournalOptions::default())?;
     let tree = db.open_tree("journal")?;
-    let mut heads: HashMap<SessionId, (u64, Hash)> = HashMap::new();
-    let mut next_pos = 0u64;
+    let mut checker = Checker::default();
     let mut pending = Pending::new(0);
     for (index, line) in lines.lines().enumerate() {
         let number = index as u64 + 1;
@@ -207,76 +206,22 @@ fn import_into(
         if line.trim().is_empty() {
             continue;
         }
-        let refuse = |reason: String| {
-            Ok(Err(ImportRefusal {
-                line: number,
-                reason,
-            }))
-        };
-        let exported: ExportedRecord = match serde_json::from_str(&line) {
-            Ok(record) => record,
-            Err(error) => return refuse(format!("not an exported record: {error}")),
-        };
-        if exported.pos != next_pos {
-            return refuse(format!(
-                "position {} where {next_pos} was expected (an export of one session cannot be imported)",
-                exported.pos
-            ));
-        }
-        let (next_seq, last_hash) = heads
-            .get(&exported.session_id)
-            .copied()
-            .unwrap_or((0, [0; 32]));
-        if exported.seq != next_seq {
-            return refuse(format!(
-                "session {} sequence {} where {next_seq} was expected",
-                exported.session_id, exported.seq
-            ));
-        }
-        let Some(prev_hash) = unhex(&exported.prev_hash) else {
-            return refuse("prev_hash is not 64 hex digits".into());
-        };
-        if prev_hash != last_hash {
-            return refuse(format!(
-                "hash link of session {} sequence {} does not match the line before",
-                exported.session_id, exported.seq
-            ));
-        }
-        let body = codec::RecordBody {
-            pos: JournalPos(exported.pos),
-            session_id: exported.session_id.clone(),
-            seq: Seq(exported.seq),
-            ts_us: exported.ts_us,
-            prev_hash,
-            event: exported.event,
-        };
-        // An event is stored apart exactly when the committer would have stored it so,
-        // so the record, and its hash, are the same.
-        let encoded = match codec::encode_event(body.event.clone(), limits::EVENT_BYTES_CEILING) {
-            Ok(encoded) => encoded,
-            Err(reason) => return refuse(reason),
-        };
-        let bytes = match codec::encode_parts(
-            body.pos,
-            &body.session_id,
-            body.seq,
-            body.ts_us,
-            &body.prev_hash,
-            &encoded.bytes,
-        ) {
-            Ok(bytes) => bytes,
-            Err(reason) => return refuse(reason),
+        let Checked {
+            body,
+            encoded,
+            bytes,
+        } = match checker.check(&line) {
+            Ok(checked) => checked,
+            Err(reason) => {
+                return Ok(Err(ImportRefusal {
+                    line: number,
+                    reason,
+                }));
+            }
         };
         if let Some((digest, apart)) = encoded.apart {
             pending.bytes += apart.len();
             pending.batch.insert(store::apart_key(&digest), apart);
-        }
-        let hash = codec::hash(&bytes);
-        if unhex(&exported.hash) != Some(hash) {
-            return refuse(format!(
-                "the record does not hash to its recorded hash (session {} sequence {}): it was edited",
-                body.session_id, body.seq
-            ));
         }
         pending.bytes += bytes.len();
         pending.records.push(bytes);
@@ -300,8 +245,7 @@ fn import_into(
                 count: 1,
             }),
         }
-        heads.insert(body.session_id, (body.seq.0 + 1, hash));
-        next_pos += 1;
+        let next_pos = checker.next_pos;
         if pending.records.len() == IMPORT_BATCH_RECORDS
             || pending.bytes >= limits::GROUP_COMMIT_BYTES_MAX
         {
@@ -322,9 +266,123 @@ fn import_into(
         }
         File::open(dir.join("blobs"))?.sync_all()?;
     }
-    progress(next_pos);
+    progress(checker.next_pos);
     Ok(Ok(ImportReport {
-        records: next_pos,
-        streams: heads.len() as u64,
+        records: checker.next_pos,
+        streams: checker.heads.len() as u64,
+    }))
+}
+
+/// One exported line, checked: its record body, its event's encoding and the record's
+/// bytes.
+struct Checked {
+    body: codec::RecordBody,
+    encoded: codec::EncodedEvent,
+    bytes: Vec<u8>,
+}
+
+/// The checks of an export, line by line: positions from 0 without a gap, each
+/// session's sequence without a gap, every hash link, and every record hashing to its
+/// recorded hash (an edited line is named).
+#[derive(Default)]
+struct Checker {
+    heads: HashMap<SessionId, (u64, Hash)>,
+    next_pos: u64,
+}
+
+impl Checker {
+    fn check(&mut self, line: &str) -> Result<Checked, String> {
+        let exported: ExportedRecord = serde_json::from_str(line)
+            .map_err(|error| format!("not an exported record: {error}"))?;
+        let next_pos = self.next_pos;
+        if exported.pos != next_pos {
+            return Err(format!(
+                "position {} where {next_pos} was expected (an export of one session cannot be imported)",
+                exported.pos
+            ));
+        }
+        let (next_seq, last_hash) = self
+            .heads
+            .get(&exported.session_id)
+            .copied()
+            .unwrap_or((0, [0; 32]));
+        if exported.seq != next_seq {
+            return Err(format!(
+                "session {} sequence {} where {next_seq} was expected",
+                exported.session_id, exported.seq
+            ));
+        }
+        let Some(prev_hash) = unhex(&exported.prev_hash) else {
+            return Err("prev_hash is not 64 hex digits".into());
+        };
+        if prev_hash != last_hash {
+            return Err(format!(
+                "hash link of session {} sequence {} does not match the line before",
+                exported.session_id, exported.seq
+            ));
+        }
+        let body = codec::RecordBody {
+            pos: JournalPos(exported.pos),
+            session_id: exported.session_id.clone(),
+            seq: Seq(exported.seq),
+            ts_us: exported.ts_us,
+            prev_hash,
+            event: exported.event,
+        };
+        // An event is stored apart exactly when the committer would have stored it so,
+        // so the record, and its hash, are the same.
+        let encoded = codec::encode_event(body.event.clone(), limits::EVENT_BYTES_CEILING)?;
+        let bytes = codec::encode_parts(
+            body.pos,
+            &body.session_id,
+            body.seq,
+            body.ts_us,
+            &body.prev_hash,
+            &encoded.bytes,
+        )?;
+        let hash = codec::hash(&bytes);
+        if unhex(&exported.hash) != Some(hash) {
+            return Err(format!(
+                "the record does not hash to its recorded hash (session {} sequence {}): it was edited",
+                body.session_id, body.seq
+            ));
+        }
+        self.heads
+            .insert(body.session_id.clone(), (body.seq.0 + 1, hash));
+        self.next_pos += 1;
+        Ok(Checked {
+            body,
+            encoded,
+            bytes,
+        })
+    }
+}
+
+/// Checks a whole export as `import` does, writing nothing: the audit of a running
+/// server's journal (`journal verify --url`), streamed.
+pub fn check_export(
+    lines: impl BufRead,
+    mut progress: impl FnMut(u64),
+) -> Result<Result<ImportReport, ImportRefusal>, Error> {
+    let mut checker = Checker::default();
+    for (index, line) in lines.lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        if let Err(reason) = checker.check(&line) {
+            return Ok(Err(ImportRefusal {
+                line: index as u64 + 1,
+                reason,
+            }));
+        }
+        if checker.next_pos.is_multiple_of(4096) {
+            progress(checker.next_pos);
+        }
+    }
+    progress(checker.next_pos);
+    Ok(Ok(ImportReport {
+        records: checker.next_pos,
+        streams: checker.heads.len() as u64,
     }))
 }
