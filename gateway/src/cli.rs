@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::io::Write;
+use std::io::{BufRead, Write};
 
 use turnstile_journal::portable::{self, ExportedRecord};
 use turnstile_journal::{Journal, JournalOptions, JournalPos, Recorded, RunId, Seq, SessionId};
@@ -219,12 +219,17 @@ enum JournalCommand {
         /// Write here instead of standard output.
         #[arg(long)]
         out: Option<PathBuf>,
-        /// Configuration file, for its data directory.
+        /// Configuration file, for its data directory (or, with `--url`, its API key's
+        /// variable).
         #[arg(long)]
         config: Option<PathBuf>,
         /// Data directory (overrides the configuration).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "url")]
         data_dir: Option<PathBuf>,
+        /// Export from a running server instead (`GET /journal/export`: a consistent
+        /// export as of the position its journal has when the export starts).
+        #[arg(long)]
+        url: Option<String>,
     },
     /// Recompute every projection from the events and compare with the stored ones.
     Rebuild {
@@ -246,12 +251,17 @@ enum JournalCommand {
     },
     /// Check every record: checksum, format version, sequence contiguity, hash chain.
     Verify {
-        /// Configuration file, for its data directory.
+        /// Configuration file, for its data directory (or, with `--url`, its API key's
+        /// variable).
         #[arg(long)]
         config: Option<PathBuf>,
         /// Data directory (overrides the configuration).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "url")]
         data_dir: Option<PathBuf>,
+        /// Verify a running server's journal instead, from its export as of now: every
+        /// position, sequence, hash link and record hash, without stopping it.
+        #[arg(long)]
+        url: Option<String>,
     },
 }
 
@@ -292,7 +302,17 @@ pub fn main() -> ExitCode {
             print_config,
         } => run_serve(config, data_dir, addr, log_format, log_level, print_config),
         Command::Journal {
-            command: JournalCommand::Verify { config, data_dir },
+            command:
+                JournalCommand::Verify {
+                    config,
+                    data_dir: _,
+                    url: Some(url),
+                },
+        } => verify_online(config, url),
+        Command::Journal {
+            command: JournalCommand::Verify {
+                config, data_dir, ..
+            },
         } => verify(config, data_dir),
         Command::BenchBaseline { addr } => bench_baseline(&addr),
         Command::Sessions { command } => sessions(command),
@@ -312,7 +332,18 @@ pub fn main() -> ExitCode {
                     session,
                     out,
                     config,
+                    data_dir: _,
+                    url: Some(url),
+                },
+        } => export_online(session.as_deref(), out, config, url),
+        Command::Journal {
+            command:
+                JournalCommand::Export {
+                    session,
+                    out,
+                    config,
                     data_dir,
+                    url: None,
                 },
         } => export(session.as_deref(), out, config, data_dir),
         Command::Journal {
@@ -462,6 +493,97 @@ fn export(
         println!("exported {count} events to {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn online(
+    config: Option<PathBuf>,
+    url: String,
+    session: Option<&str>,
+) -> anyhow::Result<Result<crate::client::Export, ExitCode>> {
+    let config = load_config(config, None)?;
+    let target = crate::client::Target::new(Some(url), &config)?;
+    match crate::client::export(target, session) {
+        Ok(export) => Ok(Ok(export)),
+        Err(crate::client::Failure::Refused(message)) => {
+            eprintln!("error: {message}");
+            Ok(Err(ExitCode::from(1)))
+        }
+        Err(crate::client::Failure::Unreachable(error)) => Err(error),
+    }
+}
+
+fn export_online(
+    session: Option<&str>,
+    out: Option<PathBuf>,
+    config: Option<PathBuf>,
+    url: String,
+) -> anyhow::Result<ExitCode> {
+    let export = match online(config, url, session)? {
+        Ok(export) => export,
+        Err(code) => return Ok(code),
+    };
+    let as_of = export.as_of;
+    let bar = if out.is_some() {
+        progress_bar("exporting")
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut writer: Box<dyn Write> = match &out {
+        Some(path) => Box::new(std::io::BufWriter::new(std::fs::File::create(path)?)),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let mut count = 0u64;
+    for line in std::io::BufReader::new(export).lines() {
+        writeln!(writer, "{}", line?)?;
+        count += 1;
+        if count.is_multiple_of(4096) {
+            bar.set_position(count);
+        }
+    }
+    writer.flush()?;
+    bar.finish_and_clear();
+    if let Some(path) = out {
+        println!(
+            "exported {count} events to {} (the server's journal as of position {as_of})",
+            path.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn verify_online(config: Option<PathBuf>, url: String) -> anyhow::Result<ExitCode> {
+    let export = match online(config, url, None)? {
+        Ok(export) => export,
+        Err(code) => return Ok(code),
+    };
+    let as_of = export.as_of;
+    let bar = progress_bar("verifying");
+    let outcome = portable::check_export(std::io::BufReader::new(export), |checked| {
+        bar.set_position(checked)
+    })?;
+    bar.finish_and_clear();
+    match outcome {
+        Ok(report) if report.records == as_of => {
+            println!(
+                "journal ok: {} streams, {} events, as of position {as_of} of the running server (format version {})",
+                report.streams,
+                report.records,
+                turnstile_journal::FORMAT_VERSION
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(report) => {
+            println!(
+                "journal INCOMPLETE: the export ended after {} of {as_of} events",
+                report.records
+            );
+            Ok(ExitCode::from(1))
+        }
+        Err(refusal) => {
+            println!("journal CORRUPT at export {refusal}");
+            Ok(ExitCode::from(1))
+        }
+    }
 }
 
 fn import(input: &std::path::Path, data_dir: &std::path::Path) -> anyhow::Result<ExitCode> {

@@ -8,6 +8,7 @@ pub mod attachments;
 pub mod dto;
 pub mod error;
 pub mod events;
+pub mod export;
 mod extract;
 pub mod form;
 pub mod metrics;
@@ -142,6 +143,7 @@ pub fn router(state: AppState) -> Router {
             get(get_session).delete(delete_session),
         )
         .route("/sessions/{session_id}/runs", get(get_session_runs))
+        .route("/journal/export", get(export::export))
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(

@@ -102,6 +102,12 @@ pub const ROUTES: &[(&str, &str, &str, &[u16])] = &[
     ),
     (
         "get",
+        "/journal/export",
+        "The journal as JSON lines as of the position it has now (header x-turnstile-as-of), streamed: the online audit",
+        &[200, 401, 422],
+    ),
+    (
+        "get",
         "/metrics/prometheus",
         "Runtime counters in the Prometheus text format",
         &[200, 401],
