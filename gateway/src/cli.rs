@@ -608,6 +608,11 @@ fn import(input: &std::path::Path, data_dir: &std::path::Path) -> anyhow::Result
             );
             Ok(ExitCode::SUCCESS)
         }
+        // Line 0: the export was not read at all (the target holds a journal).
+        Err(refusal) if refusal.line == 0 => {
+            println!("import REFUSED: {}; nothing was written", refusal.reason);
+            Ok(ExitCode::from(1))
+        }
         Err(refusal) => {
             println!("import REFUSED at {refusal}; nothing was written");
             Ok(ExitCode::from(1))
@@ -622,9 +627,14 @@ fn rebuild(config: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result
         turnstile_projections::rebuild::rebuild(&journal, |events| bar.set_position(events))?;
     bar.finish_and_clear();
     if report.differences.is_empty() {
+        let matched = match report.compared {
+            1 => "the 1 stored projection matches".to_owned(),
+            n => format!("all {n} stored projections match"),
+        };
         println!(
-            "rebuilt {} sessions from {} events: all {} stored projections match",
-            report.sessions, report.events, report.compared
+            "rebuilt {} from {}: {matched}",
+            plural(report.sessions as u64, "session"),
+            plural(report.events as u64, "event"),
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -632,10 +642,10 @@ fn rebuild(config: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result
         println!("DIFFERENCE {difference}");
     }
     println!(
-        "rebuilt {} sessions from {} events: {} differences",
-        report.sessions,
-        report.events,
-        report.differences.len()
+        "rebuilt {} from {}: {}",
+        plural(report.sessions as u64, "session"),
+        plural(report.events as u64, "event"),
+        plural(report.differences.len() as u64, "difference")
     );
     Ok(ExitCode::from(1))
 }
@@ -750,6 +760,15 @@ fn runs(command: RunsCommand) -> anyhow::Result<ExitCode> {
                 &target, agent, &run, from, input, r.json,
             )))
         }
+    }
+}
+
+/// `1 session`, `2 sessions`.
+fn plural(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
     }
 }
 

@@ -149,12 +149,13 @@ fn absolute(path: &Path) -> PathBuf {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    // `reason`, not `source`: the error chain would print the OS error twice.
+    #[error("cannot read {path}: {reason}")]
     Read {
         /// The file.
         path: String,
         /// Why.
-        source: std::io::Error,
+        reason: std::io::Error,
     },
     /// The file is not valid TOML for this schema (names the key).
     #[error("{path}: {message}")]
@@ -175,9 +176,9 @@ impl Config {
         let Some(path) = path else {
             return Ok(Config::default_config());
         };
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|reason| ConfigError::Read {
             path: path.display().to_string(),
-            source,
+            reason,
         })?;
         let mut config: Config = toml::from_str(&text).map_err(|error| ConfigError::Parse {
             path: path.display().to_string(),

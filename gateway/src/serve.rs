@@ -40,6 +40,16 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         .map(usize::from)
         .unwrap_or(2)
         .max(2);
+    // Listening first: a start that cannot listen (the port in use) opens nothing and
+    // leaves no data directory behind.
+    let addr = resolve(&config.server.addr).await?;
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+        format!(
+            "cannot listen on {addr} (server.addr {:?})",
+            config.server.addr
+        )
+    })?;
+    let local = listener.local_addr()?;
     let runtime = Runtime::open(RuntimeConfig {
         data_dir: data_dir.clone(),
         arbiters,
@@ -49,14 +59,6 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         session_idle: std::time::Duration::from_secs_f64(config.server.session_idle_s),
         max_event_bytes: config.server.max_event_bytes,
     })?;
-    let addr = resolve(&config.server.addr).await?;
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
-        format!(
-            "cannot listen on {addr} (server.addr {:?})",
-            config.server.addr
-        )
-    })?;
-    let local = listener.local_addr()?;
     if open_without_auth(local.ip(), api_key.is_some()) {
         tracing::warn!(
             "listening on {local}, beyond loopback, with auth off: anyone who can reach it can run agents; set {} to an API key",

@@ -401,3 +401,112 @@ env = { A = "b" }
     assert!(keys > 30, "{printed}");
     assert!(missing.is_empty(), "not in docs/CONFIG.md: {missing:?}");
 }
+
+/// Issue 17, item 8: messages that say what to do.
+#[tokio::test]
+async fn messages_say_what_to_do_17() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let client = http_client();
+    // An unknown agent lists the configured ones.
+    let unknown = client
+        .post(server.url("/agents/claude/runs"))
+        .form(&[("message", "hi")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+    let body: Value = unknown.json().await.unwrap();
+    assert_eq!(
+        body["detail"],
+        "Agent claude not found: the configured agents are scripted"
+    );
+    // JSON sent as a form (curl -d '{…}') says which content types are accepted.
+    let json_as_form = client
+        .post(server.url("/agents/scripted/runs"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(r#"{"message": "hi", "stream": false}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json_as_form.status(), 400);
+    let body: Value = json_as_form.json().await.unwrap();
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("Content-Type: application/json"),
+        "{detail}"
+    );
+    assert!(detail.contains("multipart/form-data"), "{detail}");
+    // A bad status names the valid ones.
+    let status = client
+        .get(server.url("/agents/scripted/runs?status=done"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status.status(), 422);
+    let body: Value = status.json().await.unwrap();
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("pending, running, completed, error, cancelled"),
+        "{body}"
+    );
+
+    // The port in use: refused, and no data directory is left behind.
+    let port = server.base.rsplit(':').next().unwrap().to_owned();
+    let other = tempfile::tempdir().unwrap();
+    let data_dir = other.path().join("data");
+    let busy = turnstile(&[
+        "serve",
+        "--addr",
+        &format!("127.0.0.1:{port}"),
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(busy.status.code(), Some(2));
+    assert!(
+        lossy(&busy.stderr).contains("cannot listen on"),
+        "{}",
+        lossy(&busy.stderr)
+    );
+    assert!(
+        !data_dir.exists(),
+        "a refused start left {}",
+        data_dir.display()
+    );
+    server.terminate();
+
+    // A missing configuration file: the OS error once.
+    let missing = turnstile(&["serve", "--config", "/nonexistent/turnstile.toml"]);
+    let stderr = lossy(&missing.stderr);
+    assert_eq!(missing.status.code(), Some(2));
+    assert_eq!(
+        stderr.matches("No such file or directory").count(),
+        1,
+        "{stderr}"
+    );
+
+    // Import into a directory that holds a journal: no "line 0".
+    let export = other.path().join("e.jsonl");
+    turnstile_tests::turnstile_ok(&[
+        "journal",
+        "export",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--out",
+        export.to_str().unwrap(),
+    ]);
+    let again = turnstile(&[
+        "journal",
+        "import",
+        "--in",
+        export.to_str().unwrap(),
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    let stdout = lossy(&again.stdout);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(!stdout.contains("line 0"), "{stdout}");
+    assert!(stdout.contains("holds a journal already"), "{stdout}");
+}

@@ -135,6 +135,20 @@ impl Fields {
         }
         if content_type.is_empty() || content_type.starts_with("application/x-www-form-urlencoded")
         {
+            // `curl -d '{"message": …}'` sends JSON labelled as a form: say so, instead
+            // of reading one odd field and asking for `message`.
+            if body.trim_ascii_start().starts_with(b"{")
+                && serde_json::from_slice::<serde_json::Value>(&body).is_ok_and(|v| v.is_object())
+            {
+                let label = if content_type.is_empty() {
+                    "no Content-Type".to_owned()
+                } else {
+                    format!("Content-Type {content_type:?}")
+                };
+                return Err(ApiError::BadRequest(format!(
+                    "the body is a JSON object sent with {label}: send it with Content-Type: application/json (accepted: application/json, application/x-www-form-urlencoded, multipart/form-data)"
+                )));
+            }
             let pairs: Vec<(String, String)> = form_pairs(&body)?;
             return Ok(Fields {
                 values: pairs.into_iter().collect(),
@@ -142,7 +156,7 @@ impl Fields {
             });
         }
         Err(ApiError::BadRequest(format!(
-            "unsupported content type {content_type:?}: send form fields or a JSON object"
+            "unsupported content type {content_type:?}: send application/json, application/x-www-form-urlencoded or multipart/form-data"
         )))
     }
 

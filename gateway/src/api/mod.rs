@@ -264,9 +264,13 @@ async fn health() -> Json<serde_json::Value> {
 }
 
 fn find_agent<'a>(runtime: &'a Runtime, agent_id: &str) -> Result<&'a AgentSpec, ApiError> {
-    runtime
-        .agent(agent_id)
-        .ok_or_else(|| ApiError::NotFound(format!("Agent {agent_id} not found")))
+    runtime.agent(agent_id).ok_or_else(|| {
+        let known: Vec<&str> = runtime.agents().iter().map(|a| a.id.as_str()).collect();
+        ApiError::NotFound(format!(
+            "Agent {agent_id} not found: the configured agents are {}",
+            known.join(", ")
+        ))
+    })
 }
 
 async fn list_agents(State(state): State<AppState>) -> Json<Vec<serde_json::Value>> {
@@ -893,7 +897,7 @@ async fn list_agent_runs(
         Some("CANCELLED") => Some(RunStatus::Cancelled),
         Some(other) => {
             return Err(ApiError::Unprocessable(format!(
-                "status must be a run status, got {other:?}"
+                "status must be one of pending, running, completed, error, cancelled, got {other:?}"
             )));
         }
     };
