@@ -32,7 +32,9 @@ pub const SUBSCRIPTION_REFILL_RECORDS: usize = 1024;
 /// Sessions whose stream heads the committer caches; past it the cache is dropped and
 /// heads are read back from disk on demand.
 pub const SESSION_HEADS_CACHED_MAX: usize = 65_536;
-/// sled page cache, in bytes (sled's default is 1 GiB).
+/// sled page cache, in bytes (sled's default is 1 GiB). Small on purpose: sled's RSS is
+/// ~1.7x its capacity, reads of stored forms and segments stay within their bounds with 8
+/// MiB (`docs/PERFORMANCE.md`, read models), and memory per session is a goal (issue 12).
 pub const SLED_CACHE_BYTES: u64 = 8 * 1024 * 1024;
 /// sled's segment (and I/O buffer) size, in bytes: values over a quarter of it go to
 /// separate blob files, so it is large enough for a whole segment of a group commit to
