@@ -401,14 +401,32 @@ fn run_serve(
     Ok(ExitCode::SUCCESS)
 }
 
-fn progress_bar(message: &'static str) -> ProgressBar {
+/// A progress bar on a terminal (nothing when stdout is not one): with a total, a bar
+/// with the count, the rate and the time left; without, a spinner with the count.
+fn progress_bar(message: &'static str, total: Option<u64>) -> ProgressBar {
     if !std::io::stdout().is_terminal() {
         return ProgressBar::hidden();
     }
-    let bar = ProgressBar::new_spinner();
+    let (bar, template) = match total {
+        Some(total) => (
+            ProgressBar::new(total),
+            "{msg} [{bar:30}] {human_pos}/{human_len} records, {rate}, {eta} left",
+        ),
+        None => (
+            ProgressBar::new_spinner(),
+            "{spinner} {msg} {human_pos} records",
+        ),
+    };
     bar.set_style(
-        ProgressStyle::with_template("{spinner} {msg} {pos} records ({per_sec})")
-            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        ProgressStyle::with_template(template)
+            .unwrap_or_else(|_| ProgressStyle::default_spinner())
+            .with_key(
+                "rate",
+                |state: &indicatif::ProgressState, out: &mut dyn std::fmt::Write| {
+                    let _ = write!(out, "{:.0}/s", state.per_sec());
+                },
+            )
+            .progress_chars("=> "),
     );
     bar.set_message(message);
     bar
@@ -433,9 +451,6 @@ fn timeline(
 ) -> anyhow::Result<ExitCode> {
     let session =
         SessionId::parse(session).map_err(|error| anyhow::anyhow!("--session: {error}"))?;
-    let run = run
-        .map(|run| RunId::parse(run).map_err(|error| anyhow::anyhow!("--run: {error}")))
-        .transpose()?;
     let journal = open_journal(config, data_dir)?;
     let records: Vec<_> = journal
         .read_session(&session, Seq(0))
@@ -443,11 +458,57 @@ fn timeline(
     if records.is_empty() {
         anyhow::bail!("session {session} has no events in this journal");
     }
+    let run = run
+        .map(|run| session_run(&records, &session, run))
+        .transpose()?;
     let mut out = std::io::stdout().lock();
     for line in crate::timeline::render(records.into_iter(), run.as_ref()) {
         writeln!(out, "{line}")?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The session's run that `--run` names: the run itself, or the one run whose id
+/// starts with it; refused, listing the session's runs, otherwise.
+fn session_run(records: &[Recorded], session: &SessionId, given: &str) -> anyhow::Result<RunId> {
+    let runs: Vec<&RunId> = records
+        .iter()
+        .filter_map(|record| match &record.event {
+            turnstile_journal::Event::RunQueued { run_id, .. } => Some(run_id),
+            _ => None,
+        })
+        .collect();
+    if let Some(run) = runs.iter().find(|run| run.as_str() == given) {
+        return Ok((*run).clone());
+    }
+    let matching: Vec<&&RunId> = runs
+        .iter()
+        .filter(|run| run.as_str().starts_with(given))
+        .collect();
+    let listed = |runs: &[&RunId]| {
+        let shown: Vec<&str> = runs.iter().take(10).map(|run| run.as_str()).collect();
+        let more = runs.len().saturating_sub(10);
+        if more > 0 {
+            format!("{} and {more} more", shown.join(", "))
+        } else {
+            shown.join(", ")
+        }
+    };
+    match matching.as_slice() {
+        [one] => Ok((**one).clone()),
+        [] => anyhow::bail!(
+            "--run {given}: no run of session {session} is or starts with it (its runs: {})",
+            listed(&runs)
+        ),
+        several => {
+            let several: Vec<&RunId> = several.iter().map(|run| **run).collect();
+            anyhow::bail!(
+                "--run {given}: {} runs of session {session} start with it ({}): give more of the id",
+                several.len(),
+                listed(&several)
+            )
+        }
+    }
 }
 
 fn export(
@@ -466,8 +527,9 @@ fn export(
             None => Box::new(journal.read_from(JournalPos(0))),
         };
     // The bar goes to the terminal only when the export goes to a file.
+    let total = session.is_none().then(|| journal.next_pos().0);
     let bar = if out.is_some() {
-        progress_bar("exporting")
+        progress_bar("exporting", total)
     } else {
         ProgressBar::hidden()
     };
@@ -524,7 +586,7 @@ fn export_online(
     };
     let as_of = export.as_of;
     let bar = if out.is_some() {
-        progress_bar("exporting")
+        progress_bar("exporting", session.is_none().then_some(as_of))
     } else {
         ProgressBar::hidden()
     };
@@ -557,7 +619,7 @@ fn verify_online(config: Option<PathBuf>, url: String) -> anyhow::Result<ExitCod
         Err(code) => return Ok(code),
     };
     let as_of = export.as_of;
-    let bar = progress_bar("verifying");
+    let bar = progress_bar("verifying", Some(as_of));
     let outcome = portable::check_export(std::io::BufReader::new(export), |checked| {
         bar.set_position(checked)
     })?;
@@ -589,7 +651,7 @@ fn verify_online(config: Option<PathBuf>, url: String) -> anyhow::Result<ExitCod
 fn import(input: &std::path::Path, data_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
     let file = std::fs::File::open(input)
         .map_err(|error| anyhow::anyhow!("cannot read {}: {error}", input.display()))?;
-    let bar = progress_bar("importing");
+    let bar = progress_bar("importing", None);
     let outcome = portable::import(data_dir, std::io::BufReader::new(file), |records| {
         bar.set_position(records)
     })?;
@@ -622,7 +684,7 @@ fn import(input: &std::path::Path, data_dir: &std::path::Path) -> anyhow::Result
 
 fn rebuild(config: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let journal = open_journal(config, data_dir)?;
-    let bar = progress_bar("rebuilding");
+    let bar = progress_bar("rebuilding", Some(journal.next_pos().0));
     let report =
         turnstile_projections::rebuild::rebuild(&journal, |events| bar.set_position(events))?;
     bar.finish_and_clear();
@@ -652,7 +714,7 @@ fn rebuild(config: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result
 
 fn verify(config: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let journal = open_journal(config, data_dir)?;
-    let bar = progress_bar("verifying");
+    let bar = progress_bar("verifying", Some(journal.next_pos().0));
     let outcome = journal.verify(|checked| bar.set_position(checked))?;
     bar.finish_and_clear();
     match outcome {

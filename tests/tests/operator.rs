@@ -510,3 +510,139 @@ async fn messages_say_what_to_do_17() {
     assert!(!stdout.contains("line 0"), "{stdout}");
     assert!(stdout.contains("holds a journal already"), "{stdout}");
 }
+
+/// `journal timeline --run` takes a unique prefix of one of the session's runs, and
+/// refuses, listing them, an id that is not one (it printed an empty account).
+#[tokio::test]
+async fn timeline_run_takes_a_unique_prefix_and_refuses_another_sessions_run_17() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let mut ids = Vec::new();
+    for (session, message) in [
+        ("a", "/reply one"),
+        ("a", "/reply two"),
+        ("b", "/reply three"),
+    ] {
+        let run: Value = post_form(
+            &server,
+            "/agents/scripted/runs",
+            &[
+                ("message", message),
+                ("stream", "false"),
+                ("session_id", session),
+            ],
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+        ids.push(run["run_id"].as_str().unwrap().to_owned());
+    }
+    server.terminate();
+    let data_dir = dir.path().to_str().unwrap();
+    let timeline = |run: &str| {
+        turnstile(&[
+            "journal",
+            "timeline",
+            "--session",
+            "a",
+            "--run",
+            run,
+            "--data-dir",
+            data_dir,
+        ])
+    };
+    // The whole id, and the shortest prefix that only it has.
+    let whole = timeline(&ids[1]);
+    assert!(whole.status.success(), "{}", lossy(&whole.stderr));
+    let prefix_len = (1..=ids[1].len())
+        .find(|&n| !ids[0].starts_with(&ids[1][..n]))
+        .unwrap();
+    let short = timeline(&ids[1][..prefix_len]);
+    assert!(short.status.success(), "{}", lossy(&short.stderr));
+    assert_eq!(lossy(&short.stdout), lossy(&whole.stdout));
+    assert!(
+        lossy(&whole.stdout).contains("two"),
+        "{}",
+        lossy(&whole.stdout)
+    );
+    // Another session's run: refused, listing this session's runs.
+    let other = timeline(&ids[2]);
+    assert_eq!(other.status.code(), Some(2));
+    let stderr = lossy(&other.stderr);
+    assert!(stderr.contains("no run of session a"), "{stderr}");
+    assert!(
+        stderr.contains(&ids[0]) && stderr.contains(&ids[1]),
+        "{stderr}"
+    );
+    // A prefix both runs of `a` share (UUIDv7s of one millisecond share many digits).
+    let common = (0..ids[0].len())
+        .take_while(|&n| ids[0].as_bytes()[n] == ids[1].as_bytes()[n])
+        .count();
+    if common > 0 {
+        let both = timeline(&ids[0][..common]);
+        assert_eq!(both.status.code(), Some(2));
+        assert!(
+            lossy(&both.stderr).contains("2 runs of session a start with it"),
+            "{}",
+            lossy(&both.stderr)
+        );
+    }
+}
+
+/// Long audit work shows a bar with the total and the time left on a terminal (a
+/// pseudo-terminal from util-linux's `script`), and nothing extra when piped.
+#[tokio::test]
+async fn audit_progress_is_a_bar_with_a_total_on_a_terminal_17() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    for n in 0..3 {
+        let done = post_form(
+            &server,
+            "/agents/scripted/runs",
+            &[
+                ("message", "hi"),
+                ("stream", "false"),
+                ("session_id", &format!("p{n}")),
+            ],
+        )
+        .await;
+        assert_eq!(done.status(), 200);
+    }
+    server.terminate();
+    let data_dir = dir.path().to_str().unwrap();
+    let command = format!(
+        "{} journal verify --data-dir {data_dir}",
+        turnstile_tests::turnstile_bin().display()
+    );
+    let on_terminal = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .expect("util-linux's script");
+    let shown = lossy(&on_terminal.stdout);
+    assert!(on_terminal.status.success(), "{shown}");
+    let events = shown
+        .split("journal ok: 3 streams, ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("{shown}"))
+        .to_owned();
+    assert!(shown.contains(&format!("/{events} records")), "{shown}");
+    assert!(shown.contains(" left"), "{shown}");
+    // A whole number of records a second, not `539,676.1783/s`.
+    let rate = shown
+        .split(" records, ")
+        .nth(1)
+        .unwrap()
+        .split("/s")
+        .next()
+        .unwrap();
+    assert!(rate.chars().all(|c| c.is_ascii_digit()), "{shown}");
+    let piped = turnstile(&["journal", "verify", "--data-dir", data_dir]);
+    assert_eq!(
+        lossy(&piped.stdout).lines().count(),
+        1,
+        "{}",
+        lossy(&piped.stdout)
+    );
+}
