@@ -3,8 +3,9 @@
 //! (non-streamed and streamed, events parsed into agno's types), continue, cancel, a
 //! background run, sessions, a session, its runs, and metrics.
 //!
-//! Needs Python with `tests/agno/requirements.txt` installed (`.ci/run` installs it);
-//! without it the test fails and says so.
+//! Needs Python with `tests/agno/requirements.txt` installed: the README's test command
+//! puts it in `target/agno-venv` (else `TURNSTILE_PYTHON`, else `python3`); without it
+//! the test fails and says so.
 
 use std::path::Path;
 use std::process::Command;
@@ -13,7 +14,15 @@ use turnstile_tests::Server;
 
 #[test]
 fn agnos_own_client_parses_every_answer() {
-    let python = std::env::var("TURNSTILE_PYTHON").unwrap_or_else(|_| "python3".into());
+    // The README's test command installs agno into `target/agno-venv`.
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/agno-venv/bin/python");
+    let python = std::env::var("TURNSTILE_PYTHON").unwrap_or_else(|_| {
+        if venv.exists() {
+            venv.display().to_string()
+        } else {
+            "python3".into()
+        }
+    });
     let probe = Command::new(&python)
         .args(["-c", "import agno.client"])
         .output();
