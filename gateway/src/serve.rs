@@ -33,8 +33,9 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     if api_key.is_some() {
         tracing::info!("API key auth is on ({} is set)", config.server.api_key_env);
     }
-    let versions = check_clis(&config).await?;
+    // A harness this build cannot run is refused first, then each CLI is tried.
     let agents = config.agent_specs()?;
+    let versions = check_clis(&config).await?;
     let data_dir: PathBuf = config.server.data_dir.clone();
     let arbiters = std::thread::available_parallelism()
         .map(usize::from)
