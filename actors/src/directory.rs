@@ -148,7 +148,7 @@ impl Inner {
         }
     }
 
-    fn add(&mut self, session_id: &SessionId, session: &SessionView) {
+    fn add(&mut self, session_id: &SessionId, session: &SessionView, days: Box<[u8]>) {
         let id: Arc<str> = Arc::from(session_id.as_str());
         let agent_id = intern(&self.by_agent, &session.agent_id);
         let user_id = session
@@ -189,7 +189,7 @@ impl Inner {
                 user_id,
                 created_at_us: session.created_at_us,
                 name: session.name.clone().into_boxed_str(),
-                days: encode_days(&session.days),
+                days,
             },
         );
     }
@@ -227,20 +227,21 @@ impl Directory {
 
     /// Follows a session's facts (a deleted session leaves the directory).
     pub(crate) fn update(&self, session_id: &SessionId, session: &SessionView) {
+        let days = encode_days(&session.days);
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
         let exists = !session.agent_id.is_empty() && !session.deleted;
         if let Some(listed) = inner.sessions.get(session_id.as_str())
             && exists
-            && *listed.days == *encode_days(&session.days)
+            && listed.days == days
             && *listed.name == *session.name
         {
             return;
         }
         inner.remove(session_id.as_str());
         if exists {
-            inner.add(session_id, session);
+            inner.add(session_id, session, days);
         }
     }
 

@@ -254,8 +254,10 @@ impl SessionActor {
         // end stores it again, complete; ended runs leave memory then, their stored
         // forms keep them.
         let idle = self.in_flight.is_none();
-        let session = idle.then(|| self.state.stored());
-        let view = self.state.session.clone();
+        // The facts are copied once: inside the stored form when it is written, alone
+        // for the directory otherwise.
+        let stored = idle.then(|| self.state.stored());
+        let view = stored.is_none().then(|| self.state.session.clone());
         let shared = self.shared.clone();
         let session_id = self.session_id.clone();
         // The stored forms and the directory outlive this actor: they are written on
@@ -264,9 +266,15 @@ impl SessionActor {
             for run in &runs {
                 reads::put_run(&shared.journal, run);
             }
-            shared.directory.update(&session_id, &view);
-            if let Some(session) = &session {
-                reads::put_session(&shared.journal, session);
+            if let Some(facts) = stored
+                .as_ref()
+                .map(|stored| &stored.session)
+                .or(view.as_ref())
+            {
+                shared.directory.update(&session_id, facts);
+            }
+            if let Some(stored) = &stored {
+                reads::put_session(&shared.journal, stored);
             }
         });
         if idle {

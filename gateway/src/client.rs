@@ -295,14 +295,18 @@ pub async fn sessions_list(
             &rows
         )
     );
-    let meta = &answer["meta"];
+    print_page(&answer["meta"], "sessions");
+    Ok(())
+}
+
+/// The line under a paginated table: `page 1 of 3 (47 sessions)`.
+fn print_page(meta: &Value, what: &str) {
     outln!(
-        "page {} of {} ({} sessions)",
+        "page {} of {} ({} {what})",
         text(&meta["page"]),
         text(&meta["total_pages"]),
         text(&meta["total_count"])
     );
-    Ok(())
 }
 
 fn run_rows(runs: &[Value]) -> Vec<Vec<String>> {
@@ -373,13 +377,7 @@ pub async fn runs_list(
     }
     let runs: Vec<Value> = answer["data"].as_array().cloned().unwrap_or_default();
     out!("{}", table(&RUN_HEADER, &run_rows(&runs)));
-    let meta = &answer["meta"];
-    outln!(
-        "page {} of {} ({} runs of {agent})",
-        text(&meta["page"]),
-        text(&meta["total_pages"]),
-        text(&meta["total_count"])
-    );
+    print_page(&answer["meta"], &format!("runs of {agent}"));
     Ok(())
 }
 

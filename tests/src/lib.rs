@@ -297,12 +297,35 @@ pub fn turnstile(args: &[&str]) -> Output {
 /// Runs `turnstile ARGS` from `cwd`, as a user in that directory does; fails the test
 /// unless it exits 0.
 pub fn turnstile_in_ok(cwd: &Path, args: &[&str]) -> String {
-    let out = Command::new(turnstile_bin())
+    ok_stdout(args, turnstile_in(cwd, args))
+}
+
+/// Runs `turnstile ARGS` from `cwd`, as a user does with relative paths.
+pub fn turnstile_in(cwd: &Path, args: &[&str]) -> Output {
+    Command::new(turnstile_bin())
         .current_dir(cwd)
         .args(args)
         .output()
-        .expect("run turnstile");
-    ok_stdout(args, out)
+        .expect("run turnstile")
+}
+
+/// Runs `turnstile ARGS` with `env` and without the test runner's `TURNSTILE_API_KEY`
+/// (a client of a server: the key is what `env` says).
+pub fn turnstile_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(turnstile_bin())
+        .args(args)
+        .env_remove("TURNSTILE_API_KEY")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run turnstile")
+}
+
+/// A loopback port free right now (bound, then let go).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free loopback port")
+        .port()
 }
 
 /// Runs `turnstile ARGS`, fails the test unless it exits 0, and returns its stdout.

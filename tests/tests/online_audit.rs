@@ -4,20 +4,10 @@
 //! offline export later shows for those positions, and it imports into a journal that
 //! verifies.
 
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use turnstile_tests::{Server, http_client, lossy, turnstile_bin, turnstile_ok};
-
-fn audit(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    Command::new(turnstile_bin())
-        .args(args)
-        .env_remove("TURNSTILE_API_KEY")
-        .envs(env.iter().copied())
-        .output()
-        .unwrap()
-}
+use turnstile_tests::{Server, http_client, lossy, turnstile_env as audit, turnstile_ok};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_server_is_exported_and_verified_under_load_17() {

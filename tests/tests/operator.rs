@@ -270,11 +270,10 @@ fn a_cli_that_cannot_run_is_refused_at_start_naming_its_key_17() {
         "[[agents]]\nid = \"claude\"\nharness = \"claude-code\"\nclaude_bin = \"./node_modules/.bin/claude\"\n",
     )
     .unwrap();
-    let out = std::process::Command::new(turnstile_tests::turnstile_bin())
-        .current_dir(dir.path())
-        .args(["serve", "--config", "t.toml", "--addr", "127.0.0.1:0"])
-        .output()
-        .unwrap();
+    let out = turnstile_tests::turnstile_in(
+        dir.path(),
+        &["serve", "--config", "t.toml", "--addr", "127.0.0.1:0"],
+    );
     let stderr = lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("agent \"claude\": claude_bin"), "{stderr}");
@@ -296,11 +295,10 @@ fn a_cli_that_cannot_run_is_refused_at_start_naming_its_key_17() {
         "[[agents]]\nid = \"claude\"\nharness = \"claude-code\"\nclaude_bin = \"./broken-cli\"\n",
     )
     .unwrap();
-    let out = std::process::Command::new(turnstile_tests::turnstile_bin())
-        .current_dir(dir.path())
-        .args(["serve", "--config", "t.toml", "--addr", "127.0.0.1:0"])
-        .output()
-        .unwrap();
+    let out = turnstile_tests::turnstile_in(
+        dir.path(),
+        &["serve", "--config", "t.toml", "--addr", "127.0.0.1:0"],
+    );
     let stderr = lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
@@ -313,11 +311,7 @@ fn a_cli_that_cannot_run_is_refused_at_start_naming_its_key_17() {
 async fn addr_takes_a_host_name_17() {
     let dir = tempfile::tempdir().unwrap();
     // A free port: bind one and let it go.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = turnstile_tests::free_port();
     let addr = format!("localhost:{port}");
     let server = Server::start_with(dir.path(), &["--addr", &addr]);
     assert_eq!(server.base, format!("http://127.0.0.1:{port}"));

@@ -3,20 +3,10 @@
 //! address from `--url` or the configuration, the API key from the configured variable,
 //! `runs tail` following a live run by index, `runs cancel` and `runs continue`.
 
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use serde_json::Value;
-use turnstile_tests::{Server, lossy, post_form, turnstile_bin, wait_until};
-
-fn cli(args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(turnstile_bin())
-        .args(args)
-        .env_remove("TURNSTILE_API_KEY")
-        .envs(env.iter().copied())
-        .output()
-        .unwrap()
-}
+use turnstile_tests::{Server, free_port, lossy, post_form, turnstile_env as cli, wait_until};
 
 fn ok(args: &[&str]) -> String {
     let out = cli(args, &[]);
@@ -129,11 +119,7 @@ async fn sessions_and_runs_are_listed_and_shown_as_tables_or_json_17() {
 #[tokio::test]
 async fn the_address_and_the_key_come_from_the_configuration_17() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let config = dir.path().join("t.toml");
     std::fs::write(
         &config,
