@@ -10,6 +10,10 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Multipart, Request};
 use axum::http::header::CONTENT_TYPE;
 
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use utoipa::ToSchema;
+
 use crate::api::error::ApiError;
 
 /// The fields of a request body, and the files of a multipart one.
@@ -21,14 +25,16 @@ pub struct Fields {
 }
 
 /// Fields whose value is JSON (as text in a form, as JSON in a JSON body).
-const JSON_FIELDS: [&str; 7] = [
+const JSON_FIELDS: [&str; 9] = [
     "output_schema",
     "images",
     "input_files",
     "audio",
     "videos",
-    "files",
     "metadata",
+    "session_state",
+    "dependencies",
+    "knowledge_filters",
 ];
 
 impl Fields {
@@ -160,6 +166,77 @@ impl Fields {
         )))
     }
 
+    /// The body as the request type `T`. The names and types come from `T`'s schema
+    /// (the one `/openapi.json` shows): a field it does not name is a 422 naming the
+    /// field and the accepted ones; a boolean, integer, enumerated or JSON field whose
+    /// text does not parse is a 422 naming the field; an empty value reads as absent.
+    pub fn typed<T: DeserializeOwned + ToSchema>(&self) -> Result<T, ApiError> {
+        let schema = serde_json::to_value(T::schema()).unwrap_or_default();
+        let no_properties = serde_json::Map::new();
+        let properties = schema["properties"].as_object().unwrap_or(&no_properties);
+        let mut names: Vec<&String> = self.values.keys().collect();
+        names.sort();
+        let mut object = serde_json::Map::new();
+        for name in names {
+            let Some(property) = properties.get(name.as_str()) else {
+                let accepted: Vec<&str> = properties.keys().map(String::as_str).collect();
+                return Err(ApiError::Unprocessable(format!(
+                    "unknown field {name:?}; this route accepts {}",
+                    accepted.join(", ")
+                )));
+            };
+            let text = self.values[name].as_str();
+            if text.is_empty() {
+                continue;
+            }
+            let property = not_null(property);
+            let value = match json_type(property) {
+                "boolean" => Value::Bool(self.boolean(name, false)?),
+                "integer" => text.trim().parse::<i64>().map(Value::from).map_err(|_| {
+                    ApiError::Unprocessable(format!(
+                        "field {name:?} must be an integer, got {text:?}"
+                    ))
+                })?,
+                "string" => {
+                    if let Some(allowed) = property["enum"].as_array()
+                        && !allowed.iter().any(|value| value == text)
+                    {
+                        let allowed: Vec<&str> = allowed.iter().filter_map(Value::as_str).collect();
+                        return Err(ApiError::Unprocessable(format!(
+                            "field {name:?} must be one of {}, got {text:?}",
+                            allowed.join(", ")
+                        )));
+                    }
+                    Value::String(text.to_owned())
+                }
+                _ => self.json(name)?.unwrap_or(Value::Null),
+            };
+            object.insert(name.clone(), value);
+        }
+        for required in schema["required"].as_array().into_iter().flatten() {
+            if let Some(name) = required.as_str()
+                && !object.contains_key(name)
+            {
+                return Err(ApiError::Unprocessable(format!(
+                    "field {name:?} is required"
+                )));
+            }
+        }
+        serde_json::from_value(Value::Object(object))
+            .map_err(|error| ApiError::Unprocessable(format!("invalid body: {error}")))
+    }
+
+    /// Fields from (name, value) pairs, as a urlencoded body gives them.
+    pub fn from_pairs(pairs: &[(&str, &str)]) -> Fields {
+        Fields {
+            values: pairs
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+                .collect(),
+            uploads: Vec::new(),
+        }
+    }
+
     /// A field's text, if present and not empty.
     pub fn text(&self, name: &str) -> Option<&str> {
         self.values
@@ -240,4 +317,30 @@ fn form_decode(text: &[u8]) -> Result<String, ApiError> {
         .decode_utf8()
         .map(|text| text.into_owned())
         .map_err(|_| ApiError::Unprocessable("a form field name is not valid UTF-8".into()))
+}
+
+/// The alternative of a `oneOf` that is not `null` (utoipa's form of an inlined
+/// optional type), or the property itself.
+fn not_null(property: &Value) -> &Value {
+    property["oneOf"]
+        .as_array()
+        .and_then(|alternatives| {
+            alternatives
+                .iter()
+                .find(|alternative| alternative["type"] != "null")
+        })
+        .unwrap_or(property)
+}
+
+/// The JSON type a property's schema names (`["boolean", "null"]` is `boolean`).
+fn json_type(property: &Value) -> &str {
+    match &property["type"] {
+        Value::String(name) => name,
+        Value::Array(names) => names
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|name| *name != "null")
+            .unwrap_or("string"),
+        _ => "object",
+    }
 }

@@ -5,6 +5,7 @@
 //! comes from the runtime, which reads it from the journal.
 
 pub mod attachments;
+pub mod body;
 pub mod dto;
 pub mod error;
 pub mod events;
@@ -35,6 +36,7 @@ use turnstile_journal::limits::{
 use turnstile_journal::{EventIndex, RunId, SessionId};
 use turnstile_projections::{RunStatus, RunView, SessionState};
 
+use crate::api::body::{ContinueRequest, MultitaskStrategy, ResumeRequest, RunRequest};
 use crate::api::error::ApiError;
 use crate::api::form::Fields;
 use crate::api::sse::{Framing, SseOptions};
@@ -292,28 +294,30 @@ async fn create_run(
 ) -> Result<Response, ApiError> {
     let agent = find_agent(&state.runtime, &agent_id)?;
     let fields = read_fields(&state, request).await?;
-    let message = fields.required("message")?;
+    // The output schema's bound is checked on its text, before it is parsed.
+    fields.bounded("output_schema", OUTPUT_SCHEMA_BYTES_MAX)?;
+    let body: RunRequest = fields.typed()?;
+    let message = body.message.as_str();
     if message.len() > MESSAGE_BYTES_MAX {
         return Err(ApiError::Unprocessable(format!(
             "message is longer than {MESSAGE_BYTES_MAX} bytes"
         )));
     }
-    let stream = fields.boolean("stream", true)?;
-    let background = fields.boolean("background", false)?;
-    let session_id = fields
-        .text("session_id")
+    let stream = body.stream.unwrap_or(true);
+    let background = body.background.unwrap_or(false);
+    let session_id = body
+        .session_id
+        .as_deref()
         .map(|text| {
             SessionId::parse(text)
                 .map_err(|error| ApiError::Unprocessable(format!("session_id: {error}")))
         })
         .transpose()?;
-    let user_id = fields
-        .bounded("user_id", USER_ID_BYTES_MAX)?
-        .map(str::to_owned);
+    let user_id = bounded("user_id", body.user_id, USER_ID_BYTES_MAX)?;
     // Every malformed field is 422 before any well-formed but unsupported one is 400.
     let mut unsupported = None;
-    for kind in ["audio", "videos"] {
-        let Some(value) = fields.json(kind)? else {
+    for (kind, value) in [("audio", &body.audio), ("videos", &body.videos)] {
+        let Some(value) = value else {
             continue;
         };
         let items = value
@@ -326,7 +330,7 @@ async fn create_run(
             unsupported = Some(kind);
         }
     }
-    let output_schema = output_schema(&fields)?;
+    let output_schema = output_schema(body.output_schema)?;
     let attachments = attachments::parse(&fields)?;
     if let Some(kind) = unsupported {
         return Err(ApiError::BadRequest(format!(
@@ -334,14 +338,9 @@ async fn create_run(
             agent.harness.info().sdk
         )));
     }
-    let multitask = match fields.text("multitask_strategy") {
-        None | Some("reject") if !background => Multitask::Reject,
-        None | Some("reject") | Some("enqueue") => Multitask::Enqueue,
-        Some(other) => {
-            return Err(ApiError::Unprocessable(format!(
-                "multitask_strategy must be reject or enqueue, got {other:?}"
-            )));
-        }
+    let multitask = match body.multitask_strategy {
+        None | Some(MultitaskStrategy::Reject) if !background => Multitask::Reject,
+        _ => Multitask::Enqueue,
     };
     let idempotency_key = match headers.get("idempotency-key") {
         None => None,
@@ -367,7 +366,7 @@ async fn create_run(
         agent_id: agent.id.clone(),
         session_id,
         user_id,
-        message: message.to_owned(),
+        message: body.message.clone(),
         options: json!({"stream": stream, "background": background, "output_schema": output_schema}),
         multitask,
         idempotency_key,
@@ -461,10 +460,19 @@ pub(crate) fn now_s() -> u64 {
         .unwrap_or(0)
 }
 
+/// A text field refused (422, naming it) when it is longer than `max` bytes.
+fn bounded(name: &str, value: Option<String>, max: usize) -> Result<Option<String>, ApiError> {
+    match value {
+        Some(text) if text.len() > max => Err(ApiError::Unprocessable(format!(
+            "field {name:?} is longer than {max} bytes"
+        ))),
+        value => Ok(value),
+    }
+}
+
 /// The `output_schema` field: a JSON Schema whose root is an object, checked on entry.
-fn output_schema(fields: &Fields) -> Result<Option<serde_json::Value>, ApiError> {
-    fields.bounded("output_schema", OUTPUT_SCHEMA_BYTES_MAX)?;
-    let Some(schema) = fields.json("output_schema")? else {
+fn output_schema(schema: Option<serde_json::Value>) -> Result<Option<serde_json::Value>, ApiError> {
+    let Some(schema) = schema else {
         return Ok(None);
     };
     // agno 3.1.10 refuses a root that does not say `"type": "object"` (issue 13).
@@ -527,15 +535,16 @@ async fn resume_run(
     request: Request,
 ) -> Result<Response, ApiError> {
     let agent = find_agent(&state.runtime, &agent_id)?;
-    let fields = read_fields(&state, request).await?;
+    let body: ResumeRequest = read_fields(&state, request).await?.typed()?;
     let not_found = || ApiError::NotFound(format!("Run {run_id} not found"));
     let parsed = RunId::parse(&run_id).map_err(|_| not_found())?;
     let header_index = headers
         .get("last-event-id")
         .and_then(|value| value.to_str().ok());
-    let last_event_index = match fields.text("last_event_index").or(header_index) {
-        None => None,
-        Some(text) => {
+    let last_event_index = match (body.last_event_index, header_index) {
+        (Some(index), _) => u64::try_from(index).ok().map(EventIndex),
+        (None, None) => None,
+        (None, Some(text)) => {
             let index: i64 = text.trim().parse().map_err(|_| {
                 ApiError::Unprocessable(format!(
                     "last_event_index must be an integer, got {text:?}"
@@ -545,8 +554,9 @@ async fn resume_run(
         }
     };
     let view = state.runtime.run_view(&parsed)?.ok_or_else(not_found)?;
-    let wrong_session = fields
-        .text("session_id")
+    let wrong_session = body
+        .session_id
+        .as_deref()
         .is_some_and(|session| session != view.session_id.as_str());
     if view.agent_id != agent.id || wrong_session {
         return Err(not_found());
@@ -641,9 +651,9 @@ async fn continue_run(
     request: Request,
 ) -> Result<Response, ApiError> {
     let agent = find_agent(&state.runtime, &agent_id)?;
-    let fields = read_fields(&state, request).await?;
-    let source = find_run(&state, agent, &run_id, fields.text("session_id"))?;
-    let continue_from = match fields.text("continue_from").unwrap_or("end") {
+    let body: ContinueRequest = read_fields(&state, request).await?.typed()?;
+    let source = find_run(&state, agent, &run_id, body.session_id.as_deref())?;
+    let continue_from = match body.continue_from.as_deref().unwrap_or("end") {
         "end" => ContinueFrom::End,
         "last_user" => ContinueFrom::LastUser,
         other => ContinueFrom::MessageIndex(other.trim().parse().map_err(|_| {
@@ -652,10 +662,9 @@ async fn continue_run(
             ))
         })?),
     };
-    let _fork = fields.boolean("fork", false)?;
-    let stream = fields.boolean("stream", true)?;
-    let background = fields.boolean("background", false)?;
-    let input = fields.text("input").map(str::to_owned);
+    let stream = body.stream.unwrap_or(true);
+    let background = body.background.unwrap_or(false);
+    let input = body.input;
     if input
         .as_ref()
         .is_some_and(|input| input.len() > MESSAGE_BYTES_MAX)
@@ -668,9 +677,7 @@ async fn continue_run(
         run_id: source.run_id.clone(),
         continue_from,
         input,
-        user_id: fields
-            .bounded("user_id", USER_ID_BYTES_MAX)?
-            .map(str::to_owned),
+        user_id: bounded("user_id", body.user_id, USER_ID_BYTES_MAX)?,
         options: json!({"stream": stream, "background": background}),
         multitask: if background {
             Multitask::Enqueue
