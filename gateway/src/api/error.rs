@@ -6,8 +6,27 @@
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
 use turnstile_actors::{Refused, RuntimeError};
+use utoipa::ToSchema;
+
+/// The body of every refusal.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong and what to change, for a person.
+    pub detail: String,
+    /// A slug: `not_found`, `bad_request`, `validation_error`, `session_busy`,
+    /// `session_agent_mismatch`, `run_not_continuable`, `queue_full`,
+    /// `payload_too_large`, `request_timeout`, `unauthorized`, `method_not_allowed`,
+    /// `shutting_down`, `internal_error`.
+    pub error_type: &'static str,
+    /// `session_busy` (agno's field) on a busy session's 409.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_id: Option<&'static str>,
+    /// The run in flight, on a busy session's 409.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+}
 
 /// See the module documentation.
 #[derive(Debug, thiserror::Error)]
@@ -114,11 +133,16 @@ impl IntoResponse for ApiError {
         if let ApiError::Internal(cause) = &self {
             tracing::error!(%cause, "request failed");
         }
-        let mut body = json!({"detail": self.to_string(), "error_type": error_type});
-        if let ApiError::Busy { run_id, .. } = &self {
-            body["error_id"] = json!("session_busy");
-            body["run_id"] = json!(run_id);
-        }
+        let (error_id, run_id) = match &self {
+            ApiError::Busy { run_id, .. } => (Some("session_busy"), Some(run_id.clone())),
+            _ => (None, None),
+        };
+        let body = ErrorBody {
+            detail: self.to_string(),
+            error_type,
+            error_id,
+            run_id,
+        };
         let mut response = (status, Json(body)).into_response();
         if matches!(
             self,

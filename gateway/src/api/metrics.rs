@@ -10,9 +10,10 @@ use axum::extract::State;
 use super::extract::Query;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use turnstile_journal::SYNC_BUCKETS_US;
+use utoipa::ToSchema;
 
 use turnstile_actors::directory::TOKEN_KEYS;
 
@@ -61,16 +62,69 @@ fn check_date(field: &str, value: &Option<String>) -> Result<(), ApiError> {
     }
 }
 
+/// `GET /metrics`: agno's `MetricsResponse`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Metrics {
+    /// One aggregate per day with runs, oldest first.
+    pub metrics: Vec<DayMetrics>,
+    /// Seconds since the epoch.
+    pub updated_at: u64,
+}
+
+/// The aggregate of one day (UTC).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DayMetrics {
+    /// The day, `YYYY-MM-DD`.
+    pub id: String,
+    /// Runs that started that day.
+    pub agent_runs_count: u64,
+    /// Sessions created that day.
+    pub agent_sessions_count: u64,
+    /// Always 0: turnstile has agents only.
+    pub team_runs_count: u64,
+    /// Always 0.
+    pub team_sessions_count: u64,
+    /// Always 0.
+    pub workflow_runs_count: u64,
+    /// Always 0.
+    pub workflow_sessions_count: u64,
+    /// Distinct users with a run that day.
+    pub users_count: u64,
+    /// Token and cost sums of the day's completed runs (`input_tokens`, …, `cost`);
+    /// empty on a day without one.
+    #[schema(value_type = Object)]
+    pub token_metrics: serde_json::Map<String, Value>,
+    /// Completed runs per model.
+    pub model_metrics: Vec<ModelCount>,
+    /// The day's first second, since the epoch.
+    pub date: i64,
+    /// Seconds since the epoch.
+    pub created_at: u64,
+    /// Seconds since the epoch.
+    pub updated_at: u64,
+}
+
+/// Completed runs of one model on one day.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelCount {
+    /// The model.
+    pub model_id: String,
+    /// Its provider.
+    pub model_provider: String,
+    /// Completed runs.
+    pub count: u64,
+}
+
 /// agno's `MetricsResponse`: one aggregate per day with runs.
 pub async fn daily(
     State(state): State<AppState>,
     Query(query): Query<MetricsQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Metrics>, ApiError> {
     check_date("starting_date", &query.starting_date)?;
     check_date("ending_date", &query.ending_date)?;
     let days = state.runtime.directory().days();
     let now = crate::api::now_s();
-    let metrics: Vec<Value> = days
+    let metrics: Vec<DayMetrics> = days
         .into_iter()
         .filter(|(date, _)| {
             query
@@ -99,26 +153,35 @@ pub async fn daily(
                     ((*key).to_owned(), value)
                 })
                 .collect();
-            json!({
-                "id": date,
-                "agent_runs_count": day.runs,
-                "agent_sessions_count": day.sessions,
-                "team_runs_count": 0,
-                "team_sessions_count": 0,
-                "workflow_runs_count": 0,
-                "workflow_sessions_count": 0,
-                "users_count": day.users.len(),
-                "token_metrics": tokens,
-                "model_metrics": day.models.iter().map(|((model, provider), count)| json!({
-                    "model_id": model, "model_provider": provider, "count": count,
-                })).collect::<Vec<_>>(),
-                "date": day_start_s(&date),
-                "created_at": now,
-                "updated_at": now,
-            })
+            DayMetrics {
+                id: date.clone(),
+                agent_runs_count: day.runs,
+                agent_sessions_count: day.sessions,
+                team_runs_count: 0,
+                team_sessions_count: 0,
+                workflow_runs_count: 0,
+                workflow_sessions_count: 0,
+                users_count: day.users.len() as u64,
+                token_metrics: tokens,
+                model_metrics: day
+                    .models
+                    .iter()
+                    .map(|((model, provider), count)| ModelCount {
+                        model_id: model.clone(),
+                        model_provider: provider.clone(),
+                        count: *count,
+                    })
+                    .collect(),
+                date: day_start_s(&date),
+                created_at: now,
+                updated_at: now,
+            }
         })
         .collect();
-    Ok(Json(json!({"metrics": metrics, "updated_at": now})))
+    Ok(Json(Metrics {
+        metrics,
+        updated_at: now,
+    }))
 }
 
 /// Runtime counters and the journal's sync latency, in the Prometheus text format.

@@ -67,9 +67,8 @@ async fn run_json(
     state: &AppState,
     run: &RunView,
     agent_name: &str,
-) -> Result<serde_json::Value, ApiError> {
-    let mut output = dto::run_output(run, agent_name);
-    output["metadata"]["sdk"] = json!(sdk_of(&state.runtime, &run.agent_id));
+) -> Result<dto::RunOutput, ApiError> {
+    let mut output = dto::run_output(run, agent_name, sdk_of(&state.runtime, &run.agent_id));
     let Some(skip) = state.stored_events.get(&run.agent_id) else {
         return Ok(output);
     };
@@ -95,7 +94,7 @@ async fn run_json(
             }
         }
     }
-    output["events"] = json!(stored);
+    output.events = Some(stored);
     Ok(output)
 }
 
@@ -103,12 +102,12 @@ async fn runs_json(
     state: &AppState,
     runs: &[&RunView],
     agent_name: &str,
-) -> Result<serde_json::Value, ApiError> {
+) -> Result<Vec<dto::RunOutput>, ApiError> {
     let mut outputs = Vec::with_capacity(runs.len());
     for run in runs {
         outputs.push(run_json(state, run, agent_name).await?);
     }
-    Ok(json!(outputs))
+    Ok(outputs)
 }
 
 /// The router with every route.
@@ -261,8 +260,8 @@ async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> Response {
     (StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response()
 }
 
-async fn health() -> Json<serde_json::Value> {
-    Json(json!({"status": "ok"}))
+async fn health() -> Json<dto::Health> {
+    Json(dto::Health { status: "ok" })
 }
 
 fn find_agent<'a>(runtime: &'a Runtime, agent_id: &str) -> Result<&'a AgentSpec, ApiError> {
@@ -275,14 +274,14 @@ fn find_agent<'a>(runtime: &'a Runtime, agent_id: &str) -> Result<&'a AgentSpec,
     })
 }
 
-async fn list_agents(State(state): State<AppState>) -> Json<Vec<serde_json::Value>> {
+async fn list_agents(State(state): State<AppState>) -> Json<Vec<dto::Agent>> {
     Json(state.runtime.agents().iter().map(dto::agent).collect())
 }
 
 async fn get_agent(
     State(state): State<AppState>,
     Path(agent_id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<dto::Agent>, ApiError> {
     Ok(Json(dto::agent(find_agent(&state.runtime, &agent_id)?)))
 }
 
@@ -434,8 +433,11 @@ async fn respond_run(
                 .unwrap_or("PENDING"),
             false => "PENDING",
         };
-        let body =
-            json!({"run_id": handle.run_id, "session_id": handle.session_id, "status": status});
+        let body = dto::Accepted {
+            run_id: handle.run_id.to_string(),
+            session_id: handle.session_id.to_string(),
+            status,
+        };
         return Ok((StatusCode::ACCEPTED, Json(body)).into_response());
     }
     let shutdown = state.shutdown.clone();
@@ -498,7 +500,7 @@ async fn get_run(
     State(state): State<AppState>,
     Path((agent_id, run_id)): Path<(String, String)>,
     Query(query): Query<SessionQuery>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<dto::RunOutput>, ApiError> {
     let agent = find_agent(&state.runtime, &agent_id)?;
     let not_found = || ApiError::NotFound(format!("Run {run_id} not found"));
     let parsed = RunId::parse(&run_id).map_err(|_| not_found())?;
@@ -516,13 +518,13 @@ async fn get_run(
 async fn cancel_run(
     State(state): State<AppState>,
     Path((agent_id, run_id)): Path<(String, String)>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<dto::Empty>, ApiError> {
     find_agent(&state.runtime, &agent_id)?;
     // agno answers 200 {} for unknown or finished runs too: cancel records intent.
     if let Ok(run_id) = RunId::parse(&run_id) {
         state.runtime.cancel_run(&run_id).await?;
     }
-    Ok(Json(json!({})))
+    Ok(Json(dto::Empty {}))
 }
 
 /// Re-attaches to a run's events after `last_event_index` (or `Last-Event-ID`): a meta
@@ -638,7 +640,7 @@ async fn get_checkpoints(
     State(state): State<AppState>,
     Path((agent_id, run_id)): Path<(String, String)>,
     Query(query): Query<SessionQuery>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<dto::Checkpoints>, ApiError> {
     let agent = find_agent(&state.runtime, &agent_id)?;
     let view = find_run(&state, agent, &run_id, query.session_id.as_deref())?;
     Ok(Json(dto::checkpoints(&view)))
@@ -697,17 +699,17 @@ async fn continue_run(
 async fn compact_session(
     State(state): State<AppState>,
     Path((agent_id, session_id)): Path<(String, String)>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<dto::Compacted>, ApiError> {
     let agent = find_agent(&state.runtime, &agent_id)?;
     let not_found = || ApiError::NotFound(format!("Session {session_id} not found"));
     let session = SessionId::parse(&session_id).map_err(|_| not_found())?;
     match state.runtime.compact_session(&agent.id, &session).await? {
-        Ok(outcome) => Ok(Json(json!({
-            "status": outcome.status,
-            "message": outcome.message,
-            "compacted": outcome.compacted,
-            "record": outcome.record,
-        }))),
+        Ok(outcome) => Ok(Json(dto::Compacted {
+            status: outcome.status,
+            message: outcome.message,
+            compacted: outcome.compacted,
+            record: outcome.record,
+        })),
         Err(Refused::AgentMismatch { .. }) => Err(not_found()),
         Err(refused) => Err(refused.into()),
     }
@@ -771,7 +773,7 @@ fn agent_name_of(runtime: &Runtime, agent_id: &str) -> String {
 async fn list_sessions(
     State(state): State<AppState>,
     Query(query): Query<SessionsQuery>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<dto::SessionPage>, ApiError> {
     let limit = positive("limit", query.limit.as_deref(), 20, 1_000)?;
     let page = positive("page", query.page.as_deref(), 1, 1_000_000)?;
     let agent_sessions = match query.session_type.as_deref() {
@@ -823,16 +825,21 @@ async fn list_sessions(
             ));
         }
     }
-    Ok(Json(json!({
-        "data": data,
-        "meta": {"page": page, "limit": limit, "total_pages": total_count.div_ceil(limit), "total_count": total_count},
-    })))
+    Ok(Json(dto::SessionPage {
+        data,
+        meta: dto::PageMeta {
+            page,
+            limit,
+            total_pages: total_count.div_ceil(limit),
+            total_count,
+        },
+    }))
 }
 
 async fn get_session(
     State(state): State<AppState>,
     Path(session_id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<dto::SessionDetail>, ApiError> {
     let session = find_session(&state, &session_id)?;
     let agent_id = &session.session.agent_id;
     let (sdk, name) = (
@@ -845,7 +852,7 @@ async fn get_session(
 async fn get_session_runs(
     State(state): State<AppState>,
     Path(session_id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Vec<dto::RunOutput>>, ApiError> {
     let session = find_session(&state, &session_id)?;
     let name = agent_name_of(&state.runtime, &session.session.agent_id);
     let runs = state
@@ -886,7 +893,7 @@ async fn list_agent_runs(
     State(state): State<AppState>,
     Path(agent_id): Path<String>,
     Query(query): Query<AgentRunsQuery>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<dto::RunPage>, ApiError> {
     let agent = find_agent(&state.runtime, &agent_id)?;
     let limit = positive("limit", query.limit.as_deref(), 20, 100)?;
     let page = positive("page", query.page.as_deref(), 1, 1_000_000)?;
@@ -929,8 +936,13 @@ async fn list_agent_runs(
             .agent_runs(&agent.id, status, skip, limit, true)?,
     };
     let runs: Vec<&RunView> = runs.iter().collect();
-    Ok(Json(json!({
-        "data": runs_json(&state, &runs, &agent.name).await?,
-        "meta": {"page": page, "limit": limit, "total_pages": total_count.div_ceil(limit), "total_count": total_count},
-    })))
+    Ok(Json(dto::RunPage {
+        data: runs_json(&state, &runs, &agent.name).await?,
+        meta: dto::PageMeta {
+            page,
+            limit,
+            total_pages: total_count.div_ceil(limit),
+            total_count,
+        },
+    }))
 }
