@@ -549,7 +549,7 @@ pub fn session_detail(session: &SessionState, sdk: &str, agent_name: &str) -> Se
         metadata: SessionMetadata {
             sdk: sdk.to_owned(),
             harness_session_id: view.harness_session_id.clone(),
-            runs: u64::from(view.run_count),
+            runs: view.run_count,
         },
         created_at: seconds(view.created_at_us),
         updated_at: seconds(view.updated_at_us),

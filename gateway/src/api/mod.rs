@@ -14,32 +14,27 @@ mod extract;
 pub mod form;
 pub mod metrics;
 pub mod openapi;
+mod runs;
+mod sessions;
 pub mod sse;
 
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use extract::{Path, Query};
-use serde::Deserialize;
+use extract::Path;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use turnstile_actors::{
-    AgentSpec, ContinueFrom, ContinueRun, Multitask, Refused, RunHandle, Runtime, StartRun,
-};
-use turnstile_journal::limits::{
-    IDEMPOTENCY_KEY_BYTES_MAX, MESSAGE_BYTES_MAX, OUTPUT_SCHEMA_BYTES_MAX, USER_ID_BYTES_MAX,
-};
-use turnstile_journal::{EventIndex, RunId, SessionId};
-use turnstile_projections::{RunStatus, RunView, SessionState};
+use turnstile_actors::{AgentSpec, Runtime};
+use turnstile_journal::SessionId;
+use turnstile_projections::SessionState;
 
-use crate::api::body::{ContinueRequest, MultitaskStrategy, ResumeRequest, RunRequest};
 use crate::api::error::ApiError;
 use crate::api::form::Fields;
-use crate::api::sse::{Framing, SseOptions};
+use crate::api::sse::SseOptions;
 
 /// What every handler gets.
 #[derive(Clone)]
@@ -60,56 +55,6 @@ pub struct AppState {
     pub body_timeout: std::time::Duration,
 }
 
-/// A run as agno's `RunOutput`, with its stored events when its agent keeps them:
-/// agno's `store_events` lists a streamed run's events less `events_to_skip` (by
-/// default `RunContent`); the journal keeps every event regardless.
-async fn run_json(
-    state: &AppState,
-    run: &RunView,
-    agent_name: &str,
-) -> Result<dto::RunOutput, ApiError> {
-    let mut output = dto::run_output(run, agent_name, sdk_of(&state.runtime, &run.agent_id));
-    let Some(skip) = state.stored_events.get(&run.agent_id) else {
-        return Ok(output);
-    };
-    let streamed = serde_json::from_str::<serde_json::Value>(&run.options)
-        .ok()
-        .and_then(|o| o["stream"].as_bool())
-        .unwrap_or(false);
-    if !streamed || !run.status.is_terminal() {
-        return Ok(output);
-    }
-    let who = events::Who {
-        agent_id: run.agent_id.clone(),
-        agent_name: agent_name.to_owned(),
-        session_id: run.session_id.to_string(),
-    };
-    let mut stored = Vec::new();
-    if let Some(mut events) = state.runtime.run_events(&run.run_id, None)? {
-        while let Some(event) = events.next().await {
-            let event = event?;
-            let (event_type, data) = events::render(&event, &who);
-            if !skip.iter().any(|skipped| skipped == event_type) {
-                stored.push(data);
-            }
-        }
-    }
-    output.events = Some(stored);
-    Ok(output)
-}
-
-async fn runs_json(
-    state: &AppState,
-    runs: &[&RunView],
-    agent_name: &str,
-) -> Result<Vec<dto::RunOutput>, ApiError> {
-    let mut outputs = Vec::with_capacity(runs.len());
-    for run in runs {
-        outputs.push(run_json(state, run, agent_name).await?);
-    }
-    Ok(outputs)
-}
-
 /// The router with every route.
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -118,32 +63,41 @@ pub fn router(state: AppState) -> Router {
         .route("/agents/{agent_id}", get(get_agent))
         .route(
             "/agents/{agent_id}/runs",
-            post(create_run).get(list_agent_runs),
+            post(runs::create_run).get(runs::list_agent_runs),
         )
         .route("/openapi.json", get(openapi::serve))
-        .route("/agents/{agent_id}/runs/{run_id}", get(get_run))
-        .route("/agents/{agent_id}/runs/{run_id}/cancel", post(cancel_run))
-        .route("/agents/{agent_id}/runs/{run_id}/resume", post(resume_run))
+        .route("/agents/{agent_id}/runs/{run_id}", get(runs::get_run))
+        .route(
+            "/agents/{agent_id}/runs/{run_id}/cancel",
+            post(runs::cancel_run),
+        )
+        .route(
+            "/agents/{agent_id}/runs/{run_id}/resume",
+            post(runs::resume_run),
+        )
         .route(
             "/agents/{agent_id}/runs/{run_id}/checkpoints",
-            get(get_checkpoints),
+            get(runs::get_checkpoints),
         )
         .route(
             "/agents/{agent_id}/runs/{run_id}/continue",
-            post(continue_run),
+            post(runs::continue_run),
         )
         .route(
             "/agents/{agent_id}/sessions/{session_id}/compact",
-            post(compact_session),
+            post(sessions::compact_session),
         )
-        .route("/sessions", get(list_sessions))
+        .route("/sessions", get(sessions::list_sessions))
         .route("/metrics", get(metrics::daily))
         .route("/metrics/prometheus", get(metrics::prometheus))
         .route(
             "/sessions/{session_id}",
-            get(get_session).delete(delete_session),
+            get(sessions::get_session).delete(sessions::delete_session),
         )
-        .route("/sessions/{session_id}/runs", get(get_session_runs))
+        .route(
+            "/sessions/{session_id}/runs",
+            get(sessions::get_session_runs),
+        )
         .route("/journal/export", get(export::export))
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
@@ -285,447 +239,11 @@ async fn get_agent(
     Ok(Json(dto::agent(find_agent(&state.runtime, &agent_id)?)))
 }
 
-async fn create_run(
-    State(state): State<AppState>,
-    Path(agent_id): Path<String>,
-    headers: HeaderMap,
-    request: Request,
-) -> Result<Response, ApiError> {
-    let agent = find_agent(&state.runtime, &agent_id)?;
-    let fields = read_fields(&state, request).await?;
-    // The output schema's bound is checked on its text, before it is parsed.
-    fields.bounded("output_schema", OUTPUT_SCHEMA_BYTES_MAX)?;
-    let body: RunRequest = fields.typed()?;
-    let message = body.message.as_str();
-    if message.len() > MESSAGE_BYTES_MAX {
-        return Err(ApiError::Unprocessable(format!(
-            "message is longer than {MESSAGE_BYTES_MAX} bytes"
-        )));
-    }
-    let stream = body.stream.unwrap_or(true);
-    let background = body.background.unwrap_or(false);
-    let session_id = body
-        .session_id
-        .as_deref()
-        .map(|text| {
-            SessionId::parse(text)
-                .map_err(|error| ApiError::Unprocessable(format!("session_id: {error}")))
-        })
-        .transpose()?;
-    let user_id = bounded("user_id", body.user_id, USER_ID_BYTES_MAX)?;
-    // Every malformed field is 422 before any well-formed but unsupported one is 400.
-    let mut unsupported = None;
-    for (kind, value) in [("audio", &body.audio), ("videos", &body.videos)] {
-        let Some(value) = value else {
-            continue;
-        };
-        let items = value
-            .as_array()
-            .filter(|items| items.iter().all(serde_json::Value::is_object))
-            .ok_or_else(|| {
-                ApiError::Unprocessable(format!("{kind} must be a JSON array of objects"))
-            })?;
-        if !items.is_empty() && unsupported.is_none() {
-            unsupported = Some(kind);
-        }
-    }
-    let output_schema = output_schema(body.output_schema)?;
-    let attachments = attachments::parse(&fields)?;
-    if let Some(kind) = unsupported {
-        return Err(ApiError::BadRequest(format!(
-            "{kind} is not supported by the {} harness",
-            agent.harness.info().sdk
-        )));
-    }
-    let multitask = match body.multitask_strategy {
-        None | Some(MultitaskStrategy::Reject) if !background => Multitask::Reject,
-        _ => Multitask::Enqueue,
-    };
-    let idempotency_key = match headers.get("idempotency-key") {
-        None => None,
-        Some(value) => {
-            let key = value
-                .to_str()
-                .ok()
-                .filter(|key| !key.is_empty() && key.len() <= IDEMPOTENCY_KEY_BYTES_MAX)
-                .ok_or_else(|| {
-                    ApiError::BadRequest(format!(
-                        "Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_BYTES_MAX} visible ASCII characters"
-                    ))
-                })?;
-            // Keys are scoped like agno's unique index: per agent and user.
-            Some(format!(
-                "{}\u{1f}{}\u{1f}{key}",
-                agent.id,
-                user_id.as_deref().unwrap_or("")
-            ))
-        }
-    };
-    let command = StartRun {
-        agent_id: agent.id.clone(),
-        session_id,
-        user_id,
-        message: body.message.clone(),
-        options: json!({"stream": stream, "background": background, "output_schema": output_schema}),
-        multitask,
-        idempotency_key,
-        fork: None,
-        attachments,
-    };
-    let agent_name = agent.name.clone();
-    let handle = match state.runtime.start_run(command).await? {
-        Ok(handle) => handle,
-        Err(Refused::Busy { session_id, run_id }) if stream && !background => {
-            let message = Refused::Busy {
-                session_id: session_id.clone(),
-                run_id: run_id.clone(),
-            }
-            .to_string();
-            let frame = json!({
-                "event": "RunError",
-                "created_at": now_s(),
-                "agent_id": agent_id,
-                "agent_name": agent_name,
-                "session_id": session_id,
-                "run_id": run_id,
-                "content": message,
-                "error_type": "session_busy",
-            });
-            return Ok(sse::single("RunError", frame, state.sse.clone()));
-        }
-        Err(refused) => return Err(refused.into()),
-    };
-    respond_run(&state, handle, stream, background, (&agent.id, &agent_name)).await
-}
-
-/// The answer to an accepted run: a stream, a 202, or the finished run.
-async fn respond_run(
-    state: &AppState,
-    handle: RunHandle,
-    stream: bool,
-    background: bool,
-    (agent_id, agent_name): (&str, &str),
-) -> Result<Response, ApiError> {
-    if stream {
-        let framing = if background {
-            Framing::Indexed
-        } else {
-            Framing::Inline
-        };
-        let who = events::Who {
-            agent_id: agent_id.to_owned(),
-            agent_name: agent_name.to_owned(),
-            session_id: handle.session_id.to_string(),
-        };
-        return Ok(sse::run_stream(
-            handle.into_events(),
-            framing,
-            who,
-            state.sse.clone(),
-        ));
-    }
-    if background {
-        let status = match handle.reused {
-            true => state
-                .runtime
-                .run_view(&handle.run_id)?
-                .map(|view| view.status.as_str())
-                .unwrap_or("PENDING"),
-            false => "PENDING",
-        };
-        let body = dto::Accepted {
-            run_id: handle.run_id.to_string(),
-            session_id: handle.session_id.to_string(),
-            status,
-        };
-        return Ok((StatusCode::ACCEPTED, Json(body)).into_response());
-    }
-    let shutdown = state.shutdown.clone();
-    let view = tokio::select! {
-        view = handle.outcome() => view?,
-        _ = shutdown.cancelled() => return Err(ApiError::ShuttingDown),
-    };
-    // A run answered without its end would read as still running forever (issue 13).
-    if !view.status.is_terminal() {
-        return Err(ApiError::Internal(format!(
-            "run {} ended its stream without a terminal event",
-            view.run_id
-        )));
-    }
-    Ok(Json(run_json(state, &view, agent_name).await?).into_response())
-}
-
 pub(crate) fn now_s() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
-}
-
-/// A text field refused (422, naming it) when it is longer than `max` bytes.
-fn bounded(name: &str, value: Option<String>, max: usize) -> Result<Option<String>, ApiError> {
-    match value {
-        Some(text) if text.len() > max => Err(ApiError::Unprocessable(format!(
-            "field {name:?} is longer than {max} bytes"
-        ))),
-        value => Ok(value),
-    }
-}
-
-/// The `output_schema` field: a JSON Schema whose root is an object, checked on entry.
-fn output_schema(schema: Option<serde_json::Value>) -> Result<Option<serde_json::Value>, ApiError> {
-    let Some(schema) = schema else {
-        return Ok(None);
-    };
-    // agno 3.1.10 refuses a root that does not say `"type": "object"` (issue 13).
-    let is_object_schema = schema.is_object() && schema["type"] == "object";
-    if !is_object_schema {
-        return Err(ApiError::Unprocessable(
-            "output_schema must be a JSON Schema whose root is an object (\"type\": \"object\")"
-                .into(),
-        ));
-    }
-    jsonschema::validator_for(&schema).map_err(|error| {
-        ApiError::Unprocessable(format!("output_schema is not a valid JSON Schema: {error}"))
-    })?;
-    Ok(Some(schema))
-}
-
-#[derive(Debug, Deserialize)]
-struct SessionQuery {
-    session_id: Option<String>,
-}
-
-async fn get_run(
-    State(state): State<AppState>,
-    Path((agent_id, run_id)): Path<(String, String)>,
-    Query(query): Query<SessionQuery>,
-) -> Result<Json<dto::RunOutput>, ApiError> {
-    let agent = find_agent(&state.runtime, &agent_id)?;
-    let not_found = || ApiError::NotFound(format!("Run {run_id} not found"));
-    let parsed = RunId::parse(&run_id).map_err(|_| not_found())?;
-    let view = state.runtime.run_view(&parsed)?.ok_or_else(not_found)?;
-    let wrong_session = query
-        .session_id
-        .as_deref()
-        .is_some_and(|session| session != view.session_id.as_str());
-    if view.agent_id != agent.id || wrong_session {
-        return Err(not_found());
-    }
-    Ok(Json(run_json(&state, &view, &agent.name).await?))
-}
-
-async fn cancel_run(
-    State(state): State<AppState>,
-    Path((agent_id, run_id)): Path<(String, String)>,
-) -> Result<Json<dto::Empty>, ApiError> {
-    find_agent(&state.runtime, &agent_id)?;
-    // agno answers 200 {} for unknown or finished runs too: cancel records intent.
-    if let Ok(run_id) = RunId::parse(&run_id) {
-        state.runtime.cancel_run(&run_id).await?;
-    }
-    Ok(Json(dto::Empty {}))
-}
-
-/// Re-attaches to a run's events after `last_event_index` (or `Last-Event-ID`): a meta
-/// frame (`replay` for a finished run; `catch_up` then `subscribed` for a live one),
-/// then each missing event once, in order, then live events until the terminal one.
-async fn resume_run(
-    State(state): State<AppState>,
-    Path((agent_id, run_id)): Path<(String, String)>,
-    headers: HeaderMap,
-    request: Request,
-) -> Result<Response, ApiError> {
-    let agent = find_agent(&state.runtime, &agent_id)?;
-    let body: ResumeRequest = read_fields(&state, request).await?.typed()?;
-    let not_found = || ApiError::NotFound(format!("Run {run_id} not found"));
-    let parsed = RunId::parse(&run_id).map_err(|_| not_found())?;
-    let header_index = headers
-        .get("last-event-id")
-        .and_then(|value| value.to_str().ok());
-    let last_event_index = match (body.last_event_index, header_index) {
-        (Some(index), _) => u64::try_from(index).ok().map(EventIndex),
-        (None, None) => None,
-        (None, Some(text)) => {
-            let index: i64 = text.trim().parse().map_err(|_| {
-                ApiError::Unprocessable(format!(
-                    "last_event_index must be an integer, got {text:?}"
-                ))
-            })?;
-            u64::try_from(index).ok().map(EventIndex)
-        }
-    };
-    let view = state.runtime.run_view(&parsed)?.ok_or_else(not_found)?;
-    let wrong_session = body
-        .session_id
-        .as_deref()
-        .is_some_and(|session| session != view.session_id.as_str());
-    if view.agent_id != agent.id || wrong_session {
-        return Err(not_found());
-    }
-    let events = state
-        .runtime
-        .run_events(&parsed, last_event_index)?
-        .ok_or_else(not_found)?;
-    let requested = last_event_index
-        .map(|index| json!(index.0))
-        .unwrap_or(json!(null));
-    let after = last_event_index.map(|index| index.0 + 1).unwrap_or(0);
-    let missed = view.event_count.saturating_sub(after);
-    let meta = if view.status.is_terminal() {
-        vec![(
-            "replay",
-            json!({
-                "event": "replay",
-                "run_id": view.run_id,
-                "status": view.status.as_str(),
-                "total_events": view.event_count,
-                "last_event_index_requested": requested,
-                "message": format!("Run {}. Replaying {missed} stored events from the journal.", view.status.as_str().to_lowercase()),
-            }),
-        )]
-    } else {
-        vec![
-            (
-                "catch_up",
-                json!({
-                    "event": "catch_up",
-                    "run_id": view.run_id,
-                    "status": view.status.as_str(),
-                    "missed_events": missed,
-                    "current_event_count": view.event_count,
-                    "last_event_index_requested": requested,
-                    "message": format!("Run is {}; sending {missed} missed events.", view.status.as_str().to_lowercase()),
-                }),
-            ),
-            (
-                "subscribed",
-                json!({
-                    "event": "subscribed",
-                    "run_id": view.run_id,
-                    "status": view.status.as_str(),
-                    "current_event_count": view.event_count,
-                    "message": "Subscribed to live events.",
-                }),
-            ),
-        ]
-    };
-    let who = events::Who {
-        agent_id: view.agent_id.clone(),
-        agent_name: agent_name_of(&state.runtime, &view.agent_id),
-        session_id: view.session_id.to_string(),
-    };
-    Ok(sse::resume_stream(meta, events, who, state.sse.clone()))
-}
-
-/// The run a route names, checked against its agent and the optional `session_id`.
-fn find_run(
-    state: &AppState,
-    agent: &AgentSpec,
-    run_id: &str,
-    session_id: Option<&str>,
-) -> Result<RunView, ApiError> {
-    let not_found = || ApiError::NotFound(format!("Run {run_id} not found"));
-    let parsed = RunId::parse(run_id).map_err(|_| not_found())?;
-    let view = state.runtime.run_view(&parsed)?.ok_or_else(not_found)?;
-    if view.agent_id != agent.id
-        || session_id.is_some_and(|session| session != view.session_id.as_str())
-    {
-        return Err(not_found());
-    }
-    Ok(view)
-}
-
-async fn get_checkpoints(
-    State(state): State<AppState>,
-    Path((agent_id, run_id)): Path<(String, String)>,
-    Query(query): Query<SessionQuery>,
-) -> Result<Json<dto::Checkpoints>, ApiError> {
-    let agent = find_agent(&state.runtime, &agent_id)?;
-    let view = find_run(&state, agent, &run_id, query.session_id.as_deref())?;
-    Ok(Json(dto::checkpoints(&view)))
-}
-
-/// Continues a finished run as a new sibling run; answers like `POST /runs`.
-async fn continue_run(
-    State(state): State<AppState>,
-    Path((agent_id, run_id)): Path<(String, String)>,
-    request: Request,
-) -> Result<Response, ApiError> {
-    let agent = find_agent(&state.runtime, &agent_id)?;
-    let body: ContinueRequest = read_fields(&state, request).await?.typed()?;
-    let source = find_run(&state, agent, &run_id, body.session_id.as_deref())?;
-    let continue_from = match body.continue_from.as_deref().unwrap_or("end") {
-        "end" => ContinueFrom::End,
-        "last_user" => ContinueFrom::LastUser,
-        other => ContinueFrom::MessageIndex(other.trim().parse().map_err(|_| {
-            ApiError::Unprocessable(format!(
-                "continue_from must be end, last_user or a message index, got {other:?}"
-            ))
-        })?),
-    };
-    let stream = body.stream.unwrap_or(true);
-    let background = body.background.unwrap_or(false);
-    let input = body.input;
-    if input
-        .as_ref()
-        .is_some_and(|input| input.len() > MESSAGE_BYTES_MAX)
-    {
-        return Err(ApiError::Unprocessable(format!(
-            "input is longer than {MESSAGE_BYTES_MAX} bytes"
-        )));
-    }
-    let command = ContinueRun {
-        run_id: source.run_id.clone(),
-        continue_from,
-        input,
-        user_id: bounded("user_id", body.user_id, USER_ID_BYTES_MAX)?,
-        options: json!({"stream": stream, "background": background}),
-        multitask: if background {
-            Multitask::Enqueue
-        } else {
-            Multitask::Reject
-        },
-    };
-    let agent_name = agent.name.clone();
-    let handle = match state.runtime.continue_run(command).await? {
-        Ok(handle) => handle,
-        Err(refused) => return Err(refused.into()),
-    };
-    respond_run(&state, handle, stream, background, (&agent.id, &agent_name)).await
-}
-
-/// `POST /agents/{agent_id}/sessions/{session_id}/compact`.
-async fn compact_session(
-    State(state): State<AppState>,
-    Path((agent_id, session_id)): Path<(String, String)>,
-) -> Result<Json<dto::Compacted>, ApiError> {
-    let agent = find_agent(&state.runtime, &agent_id)?;
-    let not_found = || ApiError::NotFound(format!("Session {session_id} not found"));
-    let session = SessionId::parse(&session_id).map_err(|_| not_found())?;
-    match state.runtime.compact_session(&agent.id, &session).await? {
-        Ok(outcome) => Ok(Json(dto::Compacted {
-            status: outcome.status,
-            message: outcome.message,
-            compacted: outcome.compacted,
-            record: outcome.record,
-        })),
-        Err(Refused::AgentMismatch { .. }) => Err(not_found()),
-        Err(refused) => Err(refused.into()),
-    }
-}
-
-#[derive(Debug, Deserialize)]
-struct SessionsQuery {
-    #[serde(rename = "type")]
-    session_type: Option<String>,
-    component_id: Option<String>,
-    user_id: Option<String>,
-    session_name: Option<String>,
-    limit: Option<String>,
-    page: Option<String>,
-    sort_by: Option<String>,
-    sort_order: Option<String>,
 }
 
 fn positive(
@@ -767,182 +285,4 @@ fn agent_name_of(runtime: &Runtime, agent_id: &str) -> String {
         .agent(agent_id)
         .map(|agent| agent.name.clone())
         .unwrap_or_default()
-}
-
-/// `GET /sessions`: paginated, filtered by agent and user, newest first by default.
-async fn list_sessions(
-    State(state): State<AppState>,
-    Query(query): Query<SessionsQuery>,
-) -> Result<Json<dto::SessionPage>, ApiError> {
-    let limit = positive("limit", query.limit.as_deref(), 20, 1_000)?;
-    let page = positive("page", query.page.as_deref(), 1, 1_000_000)?;
-    let agent_sessions = match query.session_type.as_deref() {
-        None | Some("agent") => true,
-        // turnstile has agent sessions only.
-        Some("team") | Some("workflow") => false,
-        Some(other) => {
-            return Err(ApiError::Unprocessable(format!(
-                "type must be agent, team or workflow, got {other:?}"
-            )));
-        }
-    };
-    match query.sort_by.as_deref() {
-        None | Some("created_at") => {}
-        Some(other) => {
-            return Err(ApiError::Unprocessable(format!(
-                "sort_by must be created_at, got {other:?}"
-            )));
-        }
-    }
-    let descending = match query.sort_order.as_deref() {
-        None | Some("desc") => true,
-        Some("asc") => false,
-        Some(other) => {
-            return Err(ApiError::Unprocessable(format!(
-                "sort_order must be asc or desc, got {other:?}"
-            )));
-        }
-    };
-    let filter = turnstile_actors::directory::SessionFilter {
-        agent_id: query.component_id.clone(),
-        user_id: query.user_id.clone(),
-        name_contains: query.session_name.clone(),
-    };
-    let (entries, total_count) = if agent_sessions {
-        state
-            .runtime
-            .directory()
-            .page(&filter, descending, (page - 1).saturating_mul(limit), limit)
-    } else {
-        (Vec::new(), 0)
-    };
-    let mut data = Vec::with_capacity(entries.len());
-    for entry in entries {
-        if let Some(session) = state.runtime.session(&entry.session_id)? {
-            data.push(dto::session_summary(
-                &session,
-                &sdk_of(&state.runtime, &entry.agent_id),
-            ));
-        }
-    }
-    Ok(Json(dto::SessionPage {
-        data,
-        meta: dto::PageMeta {
-            page,
-            limit,
-            total_pages: total_count.div_ceil(limit),
-            total_count,
-        },
-    }))
-}
-
-async fn get_session(
-    State(state): State<AppState>,
-    Path(session_id): Path<String>,
-) -> Result<Json<dto::SessionDetail>, ApiError> {
-    let session = find_session(&state, &session_id)?;
-    let agent_id = &session.session.agent_id;
-    let (sdk, name) = (
-        sdk_of(&state.runtime, agent_id),
-        agent_name_of(&state.runtime, agent_id),
-    );
-    Ok(Json(dto::session_detail(&session, &sdk, &name)))
-}
-
-async fn get_session_runs(
-    State(state): State<AppState>,
-    Path(session_id): Path<String>,
-) -> Result<Json<Vec<dto::RunOutput>>, ApiError> {
-    let session = find_session(&state, &session_id)?;
-    let name = agent_name_of(&state.runtime, &session.session.agent_id);
-    let runs = state
-        .runtime
-        .session_runs(&session.session_id)?
-        .unwrap_or_default();
-    let runs: Vec<&RunView> = runs.iter().collect();
-    Ok(Json(runs_json(&state, &runs, &name).await?))
-}
-
-/// `DELETE /sessions/{id}`: a tombstone event; 204, or 409 while a run is in flight.
-async fn delete_session(
-    State(state): State<AppState>,
-    Path(session_id): Path<String>,
-) -> Result<Response, ApiError> {
-    let session = find_session(&state, &session_id)?;
-    match state.runtime.delete_session(&session.session_id).await? {
-        Ok(true) => Ok(StatusCode::NO_CONTENT.into_response()),
-        Ok(false) => Err(ApiError::NotFound(format!(
-            "Session {session_id} not found"
-        ))),
-        Err(refused) => Err(refused.into()),
-    }
-}
-
-#[derive(Debug, Deserialize)]
-struct AgentRunsQuery {
-    session_id: Option<String>,
-    status: Option<String>,
-    limit: Option<String>,
-    page: Option<String>,
-}
-
-/// `GET /agents/{agent_id}/runs?session_id=&status=&limit=&page=`: this agent's runs,
-/// newest first, paginated like `/sessions`. A page reads the runs it shows (and the
-/// index entries it skips); the count is the journal's, kept as runs change.
-async fn list_agent_runs(
-    State(state): State<AppState>,
-    Path(agent_id): Path<String>,
-    Query(query): Query<AgentRunsQuery>,
-) -> Result<Json<dto::RunPage>, ApiError> {
-    let agent = find_agent(&state.runtime, &agent_id)?;
-    let limit = positive("limit", query.limit.as_deref(), 20, 100)?;
-    let page = positive("page", query.page.as_deref(), 1, 1_000_000)?;
-    let status = match query
-        .status
-        .as_deref()
-        .map(str::to_ascii_uppercase)
-        .as_deref()
-    {
-        None => None,
-        Some("PENDING") => Some(RunStatus::Pending),
-        Some("RUNNING") => Some(RunStatus::Running),
-        Some("COMPLETED") => Some(RunStatus::Completed),
-        Some("ERROR") => Some(RunStatus::Error),
-        Some("CANCELLED") => Some(RunStatus::Cancelled),
-        Some(other) => {
-            return Err(ApiError::Unprocessable(format!(
-                "status must be one of pending, running, completed, error, cancelled, got {other:?}"
-            )));
-        }
-    };
-    let skip = (page - 1).saturating_mul(limit);
-    let (runs, total_count) = match query.session_id.as_deref() {
-        Some(session_id) => {
-            let session = find_session(&state, session_id)?;
-            let mut runs: Vec<RunView> = state
-                .runtime
-                .session_runs(&session.session_id)?
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|run| run.agent_id == agent.id)
-                .filter(|run| status.is_none_or(|status| run.status == status))
-                .collect();
-            runs.reverse();
-            let total = runs.len();
-            (runs.into_iter().skip(skip).take(limit).collect(), total)
-        }
-        None => state
-            .runtime
-            .agent_runs(&agent.id, status, skip, limit, true)?,
-    };
-    let runs: Vec<&RunView> = runs.iter().collect();
-    Ok(Json(dto::RunPage {
-        data: runs_json(&state, &runs, &agent.name).await?,
-        meta: dto::PageMeta {
-            page,
-            limit,
-            total_pages: total_count.div_ceil(limit),
-            total_count,
-        },
-    }))
 }

@@ -1,0 +1,158 @@
+//! The session routes: list, read, its runs, delete and compact.
+
+use super::extract::{Path, Query};
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use turnstile_actors::Refused;
+use turnstile_journal::SessionId;
+use turnstile_projections::RunView;
+
+use super::runs::runs_json;
+use super::{AppState, agent_name_of, find_agent, find_session, positive, sdk_of};
+use crate::api::dto;
+use crate::api::error::ApiError;
+
+/// `POST /agents/{agent_id}/sessions/{session_id}/compact`.
+pub(super) async fn compact_session(
+    State(state): State<AppState>,
+    Path((agent_id, session_id)): Path<(String, String)>,
+) -> Result<Json<dto::Compacted>, ApiError> {
+    let agent = find_agent(&state.runtime, &agent_id)?;
+    let not_found = || ApiError::NotFound(format!("Session {session_id} not found"));
+    let session = SessionId::parse(&session_id).map_err(|_| not_found())?;
+    match state.runtime.compact_session(&agent.id, &session).await? {
+        Ok(outcome) => Ok(Json(dto::Compacted {
+            status: outcome.status,
+            message: outcome.message,
+            compacted: outcome.compacted,
+            record: outcome.record,
+        })),
+        Err(Refused::AgentMismatch { .. }) => Err(not_found()),
+        Err(refused) => Err(refused.into()),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct SessionsQuery {
+    #[serde(rename = "type")]
+    session_type: Option<String>,
+    component_id: Option<String>,
+    user_id: Option<String>,
+    session_name: Option<String>,
+    limit: Option<String>,
+    page: Option<String>,
+    sort_by: Option<String>,
+    sort_order: Option<String>,
+}
+
+/// `GET /sessions`: paginated, filtered by agent and user, newest first by default.
+pub(super) async fn list_sessions(
+    State(state): State<AppState>,
+    Query(query): Query<SessionsQuery>,
+) -> Result<Json<dto::SessionPage>, ApiError> {
+    let limit = positive("limit", query.limit.as_deref(), 20, 1_000)?;
+    let page = positive("page", query.page.as_deref(), 1, 1_000_000)?;
+    let agent_sessions = match query.session_type.as_deref() {
+        None | Some("agent") => true,
+        // turnstile has agent sessions only.
+        Some("team") | Some("workflow") => false,
+        Some(other) => {
+            return Err(ApiError::Unprocessable(format!(
+                "type must be agent, team or workflow, got {other:?}"
+            )));
+        }
+    };
+    match query.sort_by.as_deref() {
+        None | Some("created_at") => {}
+        Some(other) => {
+            return Err(ApiError::Unprocessable(format!(
+                "sort_by must be created_at, got {other:?}"
+            )));
+        }
+    }
+    let descending = match query.sort_order.as_deref() {
+        None | Some("desc") => true,
+        Some("asc") => false,
+        Some(other) => {
+            return Err(ApiError::Unprocessable(format!(
+                "sort_order must be asc or desc, got {other:?}"
+            )));
+        }
+    };
+    let filter = turnstile_actors::directory::SessionFilter {
+        agent_id: query.component_id.clone(),
+        user_id: query.user_id.clone(),
+        name_contains: query.session_name.clone(),
+    };
+    let (entries, total_count) = if agent_sessions {
+        state
+            .runtime
+            .directory()
+            .page(&filter, descending, (page - 1).saturating_mul(limit), limit)
+    } else {
+        (Vec::new(), 0)
+    };
+    let mut data = Vec::with_capacity(entries.len());
+    for entry in entries {
+        if let Some(session) = state.runtime.session(&entry.session_id)? {
+            data.push(dto::session_summary(
+                &session,
+                &sdk_of(&state.runtime, &entry.agent_id),
+            ));
+        }
+    }
+    Ok(Json(dto::SessionPage {
+        data,
+        meta: dto::PageMeta {
+            page,
+            limit,
+            total_pages: total_count.div_ceil(limit),
+            total_count,
+        },
+    }))
+}
+
+pub(super) async fn get_session(
+    State(state): State<AppState>,
+    Path(session_id): Path<String>,
+) -> Result<Json<dto::SessionDetail>, ApiError> {
+    let session = find_session(&state, &session_id)?;
+    let agent_id = &session.session.agent_id;
+    let (sdk, name) = (
+        sdk_of(&state.runtime, agent_id),
+        agent_name_of(&state.runtime, agent_id),
+    );
+    Ok(Json(dto::session_detail(&session, &sdk, &name)))
+}
+
+pub(super) async fn get_session_runs(
+    State(state): State<AppState>,
+    Path(session_id): Path<String>,
+) -> Result<Json<Vec<dto::RunOutput>>, ApiError> {
+    let session = find_session(&state, &session_id)?;
+    let name = agent_name_of(&state.runtime, &session.session.agent_id);
+    let runs = state
+        .runtime
+        .session_runs(&session.session_id)?
+        .unwrap_or_default();
+    let runs: Vec<&RunView> = runs.iter().collect();
+    Ok(Json(runs_json(&state, &runs, &name).await?))
+}
+
+/// `DELETE /sessions/{id}`: a tombstone event; 204, or 409 while a run is in flight.
+pub(super) async fn delete_session(
+    State(state): State<AppState>,
+    Path(session_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let session = find_session(&state, &session_id)?;
+    match state.runtime.delete_session(&session.session_id).await? {
+        Ok(true) => Ok(StatusCode::NO_CONTENT.into_response()),
+        Ok(false) => Err(ApiError::NotFound(format!(
+            "Session {session_id} not found"
+        ))),
+        Err(refused) => Err(refused.into()),
+    }
+}
