@@ -46,6 +46,296 @@ async fn every_routed_path_is_in_the_openapi_document() {
     }
 }
 
+/// The other direction: every route the document names is served (a request to it
+/// reaches a handler: never the router's "No route" 404 or its 405).
+#[tokio::test]
+async fn every_documented_route_is_served_17() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let document: Value = get_json(&server, "/openapi.json").await;
+    let paths = document["paths"].as_object().unwrap();
+    assert!(paths.len() >= 15, "{paths:?}");
+    for (path, operations) in paths {
+        let concrete: String = path
+            .split('/')
+            .map(|part| if part.starts_with('{') { "nope" } else { part })
+            .collect::<Vec<_>>()
+            .join("/");
+        for method in operations.as_object().unwrap().keys() {
+            let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let response = client()
+                .request(method.clone(), server.url(&concrete))
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let body = response.text().await.unwrap();
+            assert_ne!(status, 405, "{method} {path}: {body}");
+            assert!(
+                !(status == 404 && body.contains("No route")),
+                "{method} {path} is documented but not routed: {body}"
+            );
+        }
+    }
+}
+
+/// The schema of `#/components/schemas/...` or of a response, with the components
+/// beside it so its references resolve.
+fn rooted(schema: &Value, document: &Value) -> Value {
+    let mut root = schema.clone();
+    root["components"] = document["components"].clone();
+    root
+}
+
+fn assert_valid(document: &Value, schema: &Value, instance: &Value, what: &str) {
+    let validator = jsonschema::validator_for(&rooted(schema, document))
+        .unwrap_or_else(|error| panic!("{what}: the schema does not compile: {error}"));
+    let errors: Vec<String> = validator
+        .iter_errors(instance)
+        .map(|error| format!("{} at {}", error, error.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{what} does not match its schema: {errors:?}\n{instance}"
+    );
+}
+
+/// The document is generated from the types: request bodies list their fields
+/// (required ones marked), list routes their query parameters, and what the server
+/// answers validates against the schema the document gives for it.
+#[tokio::test]
+async fn the_openapi_document_describes_bodies_parameters_and_answers_17() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let document: Value = get_json(&server, "/openapi.json").await;
+    let schemas = &document["components"]["schemas"];
+    // Bodies: every encoding names the same type, whose fields are listed.
+    let body = &document["paths"]["/agents/{agent_id}/runs"]["post"]["requestBody"]["content"];
+    for encoding in [
+        "application/x-www-form-urlencoded",
+        "multipart/form-data",
+        "application/json",
+    ] {
+        assert_eq!(
+            body[encoding]["schema"]["$ref"], "#/components/schemas/RunRequest",
+            "{encoding}"
+        );
+    }
+    let run_request = &schemas["RunRequest"];
+    assert_eq!(run_request["required"], serde_json::json!(["message"]));
+    for field in [
+        "message",
+        "stream",
+        "session_id",
+        "user_id",
+        "background",
+        "output_schema",
+        "images",
+        "multitask_strategy",
+    ] {
+        assert!(
+            run_request["properties"][field].is_object(),
+            "RunRequest lacks {field}"
+        );
+    }
+    assert!(schemas["ContinueRequest"]["properties"]["continue_from"].is_object());
+    assert!(
+        schemas["ResumeRequest"]["properties"]["last_event_index"]["type"]
+            .to_string()
+            .contains("integer")
+    );
+    // Query parameters.
+    let names = |path: &str| -> Vec<String> {
+        document["paths"][path]["get"]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|parameter| parameter["in"] == "query")
+            .map(|parameter| parameter["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        names("/sessions"),
+        [
+            "type",
+            "component_id",
+            "user_id",
+            "session_name",
+            "limit",
+            "page",
+            "sort_by",
+            "sort_order"
+        ]
+    );
+    assert_eq!(
+        names("/agents/{agent_id}/runs"),
+        ["session_id", "status", "limit", "page"]
+    );
+    assert_eq!(names("/metrics"), ["starting_date", "ending_date"]);
+    // No body or answer is left as a bare object.
+    // (The document itself is the one free-form answer.)
+    let mut paths = document["paths"].clone();
+    paths.as_object_mut().unwrap().remove("/openapi.json");
+    let text = paths.to_string();
+    assert!(
+        !text.contains(r#""schema":{"type":"object"}"#),
+        "an untyped schema is left"
+    );
+    // What the server answers matches what the document says it answers.
+    let run: Value = client()
+        .post(server.url("/agents/scripted/runs"))
+        .form(&[
+            ("message", "/tool Read {\"file_path\": \"a\"}\n/reply done"),
+            ("session_id", "typed"),
+            ("stream", "false"),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_id = run["run_id"].as_str().unwrap().to_owned();
+    let ok = |path: &str, method: &str| {
+        document["paths"][path][method]["responses"]["200"]["content"]["application/json"]["schema"]
+            .clone()
+    };
+    assert_valid(
+        &document,
+        &ok("/agents/{agent_id}/runs", "post"),
+        &run,
+        "a run",
+    );
+    for (route, path) in [
+        ("/agents", "/agents".to_owned()),
+        ("/agents/{agent_id}", "/agents/scripted".to_owned()),
+        (
+            "/agents/{agent_id}/runs",
+            "/agents/scripted/runs".to_owned(),
+        ),
+        (
+            "/agents/{agent_id}/runs/{run_id}",
+            format!("/agents/scripted/runs/{run_id}"),
+        ),
+        (
+            "/agents/{agent_id}/runs/{run_id}/checkpoints",
+            format!("/agents/scripted/runs/{run_id}/checkpoints"),
+        ),
+        ("/sessions", "/sessions".to_owned()),
+        ("/sessions/{session_id}", "/sessions/typed".to_owned()),
+        (
+            "/sessions/{session_id}/runs",
+            "/sessions/typed/runs".to_owned(),
+        ),
+        ("/metrics", "/metrics".to_owned()),
+        ("/health", "/health".to_owned()),
+    ] {
+        let answer: Value = get_json(&server, &path).await;
+        assert_valid(&document, &ok(route, "get"), &answer, &path);
+    }
+    let refused = client()
+        .get(server.url("/agents/nope"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 404);
+    let refusal: Value = refused.json().await.unwrap();
+    let schema = document["paths"]["/agents/{agent_id}"]["get"]["responses"]["404"]["content"]["application/json"]["schema"].clone();
+    assert_valid(&document, &schema, &refusal, "a 404");
+}
+
+/// A misspelt field is refused naming it, in each encoding a POST takes, and nothing
+/// is recorded; agno's own fields that turnstile does not use are accepted.
+#[tokio::test]
+async fn an_unknown_field_is_a_422_naming_it_in_every_encoding_17() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let url = server.url("/agents/scripted/runs");
+    let answers = [
+        client()
+            .post(&url)
+            .form(&[
+                ("message", "hi"),
+                ("sesion_id", "typo"),
+                ("stream", "false"),
+            ])
+            .send()
+            .await
+            .unwrap(),
+        client()
+            .post(&url)
+            .json(&serde_json::json!({"message": "hi", "sesion_id": "typo", "stream": false}))
+            .send()
+            .await
+            .unwrap(),
+        client()
+            .post(&url)
+            .multipart(
+                reqwest::multipart::Form::new()
+                    .text("message", "hi")
+                    .text("sesion_id", "typo")
+                    .text("stream", "false"),
+            )
+            .send()
+            .await
+            .unwrap(),
+    ];
+    for answer in answers {
+        assert_eq!(answer.status(), 422);
+        let body: Value = answer.json().await.unwrap();
+        let detail = body["detail"].as_str().unwrap();
+        assert!(detail.contains("unknown field \"sesion_id\""), "{detail}");
+        assert!(detail.contains("session_id"), "{detail}");
+        assert_eq!(body["error_type"], "validation_error");
+    }
+    let sessions: Value = get_json(&server, "/sessions").await;
+    assert_eq!(sessions["meta"]["total_count"], 0, "nothing is recorded");
+    // A typo in resume and continue too.
+    let resumed = client()
+        .post(server.url("/agents/scripted/runs/nope/resume"))
+        .form(&[("last_event", "3")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), 422);
+    // agno's fields turnstile has no use for are accepted.
+    let run = client()
+        .post(&url)
+        .form(&[
+            ("message", "hi"),
+            ("stream", "false"),
+            ("session_state", "{\"a\": 1}"),
+            ("add_history_to_context", "true"),
+            ("version", "2"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(run.status(), 200, "{}", run.text().await.unwrap());
+}
+
+/// Every field a POST takes is named in `docs/API.md`.
+#[tokio::test]
+async fn every_request_field_is_in_the_api_document_17() {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/API.md"))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let document: Value = get_json(&server, "/openapi.json").await;
+    let mut missing = Vec::new();
+    for body in ["RunRequest", "ContinueRequest", "ResumeRequest"] {
+        let properties = document["components"]["schemas"][body]["properties"]
+            .as_object()
+            .unwrap();
+        for field in properties.keys() {
+            if !doc.contains(&format!("`{field}`")) {
+                missing.push(format!("{body}.{field}"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "not in docs/API.md: {missing:?}");
+}
+
 fn count(text: &str, name: &str) -> f64 {
     prometheus_sample(text, name).unwrap_or(-1.0)
 }

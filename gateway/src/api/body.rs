@@ -21,9 +21,10 @@ pub struct RunRequest {
     /// Answer with the run's events as SSE; `false` answers the finished run as JSON.
     #[schema(default = true)]
     pub stream: Option<bool>,
-    /// The session to continue; a new one when absent. Any text up to 256 bytes.
+    /// The session to continue; a new one when absent. One you choose has at most 128
+    /// bytes of letters, digits and `. _ : -`.
     pub session_id: Option<String>,
-    /// The user the run is for (at most 256 bytes).
+    /// The user the run is for (at most 1 KiB).
     pub user_id: Option<String>,
     /// Put the run in the durable queue and answer at once (202, or an indexed stream).
     #[schema(default = false)]
@@ -33,7 +34,7 @@ pub struct RunRequest {
     /// background runs). turnstile's extension.
     #[schema(inline)]
     pub multitask_strategy: Option<MultitaskStrategy>,
-    /// A JSON Schema whose root says `"type": "object"` (at most 64 KiB): the answer is
+    /// A JSON Schema whose root says `"type": "object"` (at most 256 KiB): the answer is
     /// structured content that validates against it.
     #[schema(value_type = Option<Object>)]
     pub output_schema: Option<Value>,
@@ -114,7 +115,7 @@ pub struct ContinueRequest {
     /// As for `POST …/runs`; a background continuation queues behind a busy session.
     #[schema(default = false)]
     pub background: Option<bool>,
-    /// The user the continuation is for (at most 256 bytes).
+    /// The user the continuation is for (at most 1 KiB).
     pub user_id: Option<String>,
     /// agno: results of paused tools (JSON). Accepted and not used: CLI harnesses run
     /// their own tools.

@@ -5,7 +5,7 @@
 //! shape is a type whose derived schema is the one `/openapi.json` shows.
 
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use turnstile_actors::AgentSpec;
 use turnstile_projections::{AttachmentView, RunView, SessionMetrics, SessionState, ToolView};
 use utoipa::ToSchema;
@@ -336,8 +336,7 @@ pub struct CheckpointEntry {
     /// Messages kept before the point.
     pub message_index: u32,
     /// What to send as `continue_from`: the message index, or `end`.
-    #[schema(value_type = String)]
-    pub continue_from: Value,
+    pub continue_from: ContinuePoint,
     /// `RUNNING` for a batch inside the run; the run's status for `end`.
     pub status: &'static str,
     /// `checkpoint` or `end`.
@@ -352,6 +351,16 @@ pub struct CheckpointEntry {
     pub message_preview: String,
     /// Whether this is the last entry.
     pub is_latest: bool,
+}
+
+/// A checkpoint's `continue_from`: a message index, or `"end"`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum ContinuePoint {
+    /// After this many messages.
+    MessageIndex(u32),
+    /// `end`: after the whole run.
+    End(&'static str),
 }
 
 /// agno's checkpoint list for a run: one entry per tool-result batch, then `end`.
@@ -371,7 +380,7 @@ pub fn checkpoints(run: &RunView) -> Checkpoints {
                 run_id: run.run_id.to_string(),
                 session_id: run.session_id.to_string(),
                 message_index: checkpoint.message_index,
-                continue_from: json!(checkpoint.message_index),
+                continue_from: ContinuePoint::MessageIndex(checkpoint.message_index),
                 status: "RUNNING",
                 reason: "checkpoint",
                 created_at: seconds(checkpoint.created_at_us),
@@ -387,7 +396,7 @@ pub fn checkpoints(run: &RunView) -> Checkpoints {
         run_id: run.run_id.to_string(),
         session_id: run.session_id.to_string(),
         message_index: run.message_count(),
-        continue_from: json!("end"),
+        continue_from: ContinuePoint::End("end"),
         status: run.status.as_str(),
         reason: "end",
         created_at: seconds(run.updated_at_us),

@@ -10,9 +10,11 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use turnstile_journal::portable::ExportedRecord;
 use turnstile_journal::{JournalPos, Recorded, Seq, SessionId};
+use utoipa::IntoParams;
 
 use crate::api::AppState;
 use crate::api::error::ApiError;
+use crate::api::error::ErrorBody;
 use crate::api::extract::Query;
 
 /// The header that names the position the export is as of (records before it).
@@ -21,12 +23,21 @@ pub const AS_OF_HEADER: &str = "x-turnstile-as-of";
 /// Bytes gathered before a chunk is sent (at most a few chunks are in flight).
 const CHUNK_BYTES: usize = 256 * 1024;
 
-#[derive(Debug, Deserialize)]
+/// `?session_id=`: export one session's records only.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ExportQuery {
+    /// Only this session's records.
     session_id: Option<String>,
 }
 
 /// Streams the export.
+#[utoipa::path(
+    get, path = "/journal/export", tag = "journal", operation_id = "journal_export", summary = "The journal as JSON lines as of the position it has now (header x-turnstile-as-of), streamed: the online audit",
+    params(ExportQuery),
+    responses((status = 200, description = "One JSON record per line, in journal order, up to the position in x-turnstile-as-of", body = String, content_type = "application/x-ndjson",
+        headers(("x-turnstile-as-of" = u64, description = "The journal position the export is as of"))), (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 422, description = "A field or parameter that does not parse, is over its bound, or is unknown", body = ErrorBody))
+)]
 pub(crate) async fn export(
     State(state): State<AppState>,
     Query(query): Query<ExportQuery>,

@@ -13,12 +13,13 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use turnstile_journal::SYNC_BUCKETS_US;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use turnstile_actors::directory::TOKEN_KEYS;
 
 use crate::api::AppState;
 use crate::api::error::ApiError;
+use crate::api::error::ErrorBody;
 
 /// The civil date (UTC) of a Unix time in seconds, as `YYYY-MM-DD`.
 pub fn date_of(seconds: i64) -> String {
@@ -43,9 +44,12 @@ fn day_start_s(date: &str) -> i64 {
 }
 
 /// `starting_date` / `ending_date` filters, `YYYY-MM-DD`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct MetricsQuery {
+    /// The first day, `YYYY-MM-DD` (UTC).
     starting_date: Option<String>,
+    /// The last day, `YYYY-MM-DD` (UTC).
     ending_date: Option<String>,
 }
 
@@ -116,6 +120,11 @@ pub struct ModelCount {
 }
 
 /// agno's `MetricsResponse`: one aggregate per day with runs.
+#[utoipa::path(
+    get, path = "/metrics", tag = "metrics", operation_id = "metrics", summary = "Daily aggregates of runs, sessions, users and tokens",
+    params(MetricsQuery),
+    responses((status = 200, description = "One aggregate per day", body = Metrics), (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 422, description = "A field or parameter that does not parse, is over its bound, or is unknown", body = ErrorBody))
+)]
 pub async fn daily(
     State(state): State<AppState>,
     Query(query): Query<MetricsQuery>,
@@ -185,6 +194,10 @@ pub async fn daily(
 }
 
 /// Runtime counters and the journal's sync latency, in the Prometheus text format.
+#[utoipa::path(
+    get, path = "/metrics/prometheus", tag = "metrics", summary = "Runtime counters in the Prometheus text format",
+    responses((status = 200, description = "Counters, gauges and the journal's sync histogram", body = String, content_type = "text/plain"), (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody))
+)]
 pub async fn prometheus(State(state): State<AppState>) -> Result<Response, ApiError> {
     let runtime = &state.runtime;
     let counters = runtime.counters();

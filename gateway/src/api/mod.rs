@@ -32,7 +32,9 @@ use turnstile_actors::{AgentSpec, Runtime};
 use turnstile_journal::SessionId;
 use turnstile_projections::SessionState;
 
+use crate::api::dto::{Agent, Health};
 use crate::api::error::ApiError;
+use crate::api::error::ErrorBody;
 use crate::api::form::Fields;
 use crate::api::sse::SseOptions;
 
@@ -214,6 +216,10 @@ async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> Response {
     (StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response()
 }
 
+#[utoipa::path(
+    get, path = "/health", tag = "server", summary = "Liveness; never needs the API key", security(()),
+    responses((status = 200, description = "The server is up", body = Health))
+)]
 async fn health() -> Json<dto::Health> {
     Json(dto::Health { status: "ok" })
 }
@@ -228,10 +234,19 @@ fn find_agent<'a>(runtime: &'a Runtime, agent_id: &str) -> Result<&'a AgentSpec,
     })
 }
 
+#[utoipa::path(
+    get, path = "/agents", tag = "agents", summary = "Configured agents with their model and metadata.sdk",
+    responses((status = 200, description = "Every configured agent", body = Vec<Agent>), (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody))
+)]
 async fn list_agents(State(state): State<AppState>) -> Json<Vec<dto::Agent>> {
     Json(state.runtime.agents().iter().map(dto::agent).collect())
 }
 
+#[utoipa::path(
+    get, path = "/agents/{agent_id}", tag = "agents", summary = "One agent",
+    params(("agent_id" = String, Path, description = "An agent's id (GET /agents lists them)")),
+    responses((status = 200, description = "The agent", body = Agent), (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 404, description = "No such agent", body = ErrorBody))
+)]
 async fn get_agent(
     State(state): State<AppState>,
     Path(agent_id): Path<String>,

@@ -15,12 +15,15 @@ use turnstile_journal::limits::{
 };
 use turnstile_journal::{EventIndex, RunId, SessionId};
 use turnstile_projections::{RunStatus, RunView};
+use utoipa::IntoParams;
 
 use super::{
     AppState, agent_name_of, find_agent, find_session, now_s, positive, read_fields, sdk_of,
 };
 use crate::api::body::{ContinueRequest, MultitaskStrategy, ResumeRequest, RunRequest};
+use crate::api::dto::{Accepted, Checkpoints, Empty, RunOutput, RunPage};
 use crate::api::error::ApiError;
+use crate::api::error::ErrorBody;
 use crate::api::sse::Framing;
 use crate::api::{attachments, dto, events, sse};
 
@@ -74,6 +77,28 @@ pub(super) async fn runs_json(
     Ok(outputs)
 }
 
+#[utoipa::path(
+    post, path = "/agents/{agent_id}/runs", tag = "runs", summary = "Start a run: JSON, SSE stream, or 202 for a background run",
+    params(("agent_id" = String, Path, description = "An agent's id (GET /agents lists them)"), ("Idempotency-Key" = Option<String>, Header, description = "The same key again (per agent and user) answers the first submission's run, never a second run")),
+    request_body(description = "The run; multipart parts named files are uploads", content(
+        (RunRequest = "application/x-www-form-urlencoded"),
+        (RunRequest = "multipart/form-data"),
+        (RunRequest = "application/json"),
+    )),
+    responses(
+        (status = 200, description = "stream=false: the finished run; stream=true: its events as SSE (with background=true each frame carries event_index and run_id)", content(
+            (RunOutput = "application/json"),
+            (String = "text/event-stream"),
+        )),
+        (status = 202, description = "background=true, stream=false: the run is in the durable queue", body = Accepted),
+        (status = 400, description = "An unsupported content type, attachment kind or file type; a JSON object sent as a form", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 404, description = "No such agent", body = ErrorBody),
+        (status = 409, description = "The session has a run in flight (multitask_strategy=reject; with stream=true a 200 SSE holding one RunError with error_type session_busy instead), or belongs to another agent", body = ErrorBody),
+        (status = 413, description = "The body is larger than server.max_request_bytes", body = ErrorBody),
+        (status = 422, description = "A field or parameter that does not parse, is over its bound, or is unknown", body = ErrorBody),
+        (status = 429, description = "The durable queue is full", body = ErrorBody),
+    )
+)]
 pub(super) async fn create_run(
     State(state): State<AppState>,
     Path(agent_id): Path<String>,
@@ -279,11 +304,19 @@ pub(super) fn output_schema(
     Ok(Some(schema))
 }
 
-#[derive(Debug, Deserialize)]
+/// `?session_id=`: the run's session, when the caller knows it.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct SessionQuery {
+    /// The run's session; a run of another session is 404.
     session_id: Option<String>,
 }
 
+#[utoipa::path(
+    get, path = "/agents/{agent_id}/runs/{run_id}", tag = "runs", summary = "One run (agno's RunOutput)",
+    params(("agent_id" = String, Path, description = "An agent's id (GET /agents lists them)"), ("run_id" = String, Path, description = "A run's id"), SessionQuery),
+    responses((status = 200, description = "The run", body = RunOutput), (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 404, description = "No such agent or run, or the run is of another agent or session", body = ErrorBody))
+)]
 pub(super) async fn get_run(
     State(state): State<AppState>,
     Path((agent_id, run_id)): Path<(String, String)>,
@@ -303,6 +336,11 @@ pub(super) async fn get_run(
     Ok(Json(run_json(&state, &view, &agent.name).await?))
 }
 
+#[utoipa::path(
+    post, path = "/agents/{agent_id}/runs/{run_id}/cancel", tag = "runs", summary = "Cancel a run; always 200 {} once the agent exists",
+    params(("agent_id" = String, Path, description = "An agent's id (GET /agents lists them)"), ("run_id" = String, Path, description = "A run's id")),
+    responses((status = 200, description = "The intent is recorded (also for an unknown or finished run, as agno does)", body = Empty), (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 404, description = "No such agent", body = ErrorBody))
+)]
 pub(super) async fn cancel_run(
     State(state): State<AppState>,
     Path((agent_id, run_id)): Path<(String, String)>,
@@ -318,6 +356,19 @@ pub(super) async fn cancel_run(
 /// Re-attaches to a run's events after `last_event_index` (or `Last-Event-ID`): a meta
 /// frame (`replay` for a finished run; `catch_up` then `subscribed` for a live one),
 /// then each missing event once, in order, then live events until the terminal one.
+#[utoipa::path(
+    post, path = "/agents/{agent_id}/runs/{run_id}/resume", tag = "runs", summary = "Re-attach to a run's events after last_event_index",
+    params(("agent_id" = String, Path, description = "An agent's id (GET /agents lists them)"), ("run_id" = String, Path, description = "A run's id"), ("Last-Event-ID" = Option<String>, Header, description = "The same as last_event_index")),
+    request_body(description = "Where to re-attach", content(
+        (ResumeRequest = "application/x-www-form-urlencoded"),
+        (ResumeRequest = "multipart/form-data"),
+        (ResumeRequest = "application/json"),
+    )),
+    responses(
+        (status = 200, description = "SSE: a meta frame (replay for a finished run; catch_up then subscribed for a live one), each missing event once, in order, with id: <event_index>, then live events to the terminal one", body = String, content_type = "text/event-stream"),
+        (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 404, description = "No such agent or run, or the run is of another agent or session", body = ErrorBody), (status = 422, description = "A field or parameter that does not parse, is over its bound, or is unknown", body = ErrorBody),
+    )
+)]
 pub(super) async fn resume_run(
     State(state): State<AppState>,
     Path((agent_id, run_id)): Path<(String, String)>,
@@ -424,6 +475,11 @@ pub(super) fn find_run(
     Ok(view)
 }
 
+#[utoipa::path(
+    get, path = "/agents/{agent_id}/runs/{run_id}/checkpoints", tag = "runs", summary = "A run's tool-batch checkpoints and its end",
+    params(("agent_id" = String, Path, description = "An agent's id (GET /agents lists them)"), ("run_id" = String, Path, description = "A run's id"), SessionQuery),
+    responses((status = 200, description = "One checkpoint after each tool-result batch, then end", body = Checkpoints), (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 404, description = "No such agent or run, or the run is of another agent or session", body = ErrorBody))
+)]
 pub(super) async fn get_checkpoints(
     State(state): State<AppState>,
     Path((agent_id, run_id)): Path<(String, String)>,
@@ -435,6 +491,26 @@ pub(super) async fn get_checkpoints(
 }
 
 /// Continues a finished run as a new sibling run; answers like `POST /runs`.
+#[utoipa::path(
+    post, path = "/agents/{agent_id}/runs/{run_id}/continue", tag = "runs", summary = "Continue a finished run from a checkpoint as a new run",
+    params(("agent_id" = String, Path, description = "An agent's id (GET /agents lists them)"), ("run_id" = String, Path, description = "A run's id")),
+    request_body(description = "Where to continue from and what to send", content(
+        (ContinueRequest = "application/x-www-form-urlencoded"),
+        (ContinueRequest = "multipart/form-data"),
+        (ContinueRequest = "application/json"),
+    )),
+    responses(
+        (status = 200, description = "stream=false: the finished run; stream=true: its events as SSE (with background=true each frame carries event_index and run_id)", content(
+            (RunOutput = "application/json"),
+            (String = "text/event-stream"),
+        )),
+        (status = 202, description = "background=true, stream=false: the run is in the durable queue", body = Accepted),
+        (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 404, description = "No such agent or run, or the run is of another agent or session", body = ErrorBody),
+        (status = 409, description = "The run is cancelled or not finished (run_not_continuable), or its session is busy", body = ErrorBody),
+        (status = 422, description = "A field or parameter that does not parse, is over its bound, or is unknown", body = ErrorBody),
+        (status = 429, description = "The durable queue is full", body = ErrorBody),
+    )
+)]
 pub(super) async fn continue_run(
     State(state): State<AppState>,
     Path((agent_id, run_id)): Path<(String, String)>,
@@ -483,17 +559,31 @@ pub(super) async fn continue_run(
     respond_run(&state, handle, stream, background, (&agent.id, &agent_name)).await
 }
 
-#[derive(Debug, Deserialize)]
+/// The filters and page of `GET /agents/{agent_id}/runs`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct AgentRunsQuery {
+    /// Only this session's runs.
     session_id: Option<String>,
+    /// Only runs with this status (`pending`, `running`, `completed`, `error`,
+    /// `cancelled`; any case).
     status: Option<String>,
+    /// Runs per page, 1 to 100 (default 20).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 100)]
     limit: Option<String>,
+    /// The page, from 1 (default 1).
+    #[param(value_type = Option<u32>, minimum = 1)]
     page: Option<String>,
 }
 
 /// `GET /agents/{agent_id}/runs?session_id=&status=&limit=&page=`: this agent's runs,
 /// newest first, paginated like `/sessions`. A page reads the runs it shows (and the
 /// index entries it skips); the count is the journal's, kept as runs change.
+#[utoipa::path(
+    get, path = "/agents/{agent_id}/runs", tag = "runs", summary = "The runs of this agent, newest first, paginated (limit, page), optionally of one session and status",
+    params(("agent_id" = String, Path, description = "An agent's id (GET /agents lists them)"), AgentRunsQuery),
+    responses((status = 200, description = "A page of runs", body = RunPage), (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 404, description = "No such agent, or no such session", body = ErrorBody), (status = 422, description = "A field or parameter that does not parse, is over its bound, or is unknown", body = ErrorBody))
+)]
 pub(super) async fn list_agent_runs(
     State(state): State<AppState>,
     Path(agent_id): Path<String>,

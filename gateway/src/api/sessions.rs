@@ -9,13 +9,21 @@ use serde::Deserialize;
 use turnstile_actors::Refused;
 use turnstile_journal::SessionId;
 use turnstile_projections::RunView;
+use utoipa::IntoParams;
 
 use super::runs::runs_json;
 use super::{AppState, agent_name_of, find_agent, find_session, positive, sdk_of};
 use crate::api::dto;
+use crate::api::dto::{Compacted, RunOutput, SessionDetail, SessionPage};
 use crate::api::error::ApiError;
+use crate::api::error::ErrorBody;
 
 /// `POST /agents/{agent_id}/sessions/{session_id}/compact`.
+#[utoipa::path(
+    post, path = "/agents/{agent_id}/sessions/{session_id}/compact", tag = "sessions", summary = "Compact the session's harness session",
+    params(("agent_id" = String, Path, description = "An agent's id (GET /agents lists them)"), ("session_id" = String, Path, description = "A session's id")),
+    responses((status = 200, description = "What compaction did", body = Compacted), (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 404, description = "No such agent or session, or the session is another agent's", body = ErrorBody), (status = 409, description = "A run is in flight (session_busy)", body = ErrorBody))
+)]
 pub(super) async fn compact_session(
     State(state): State<AppState>,
     Path((agent_id, session_id)): Path<(String, String)>,
@@ -35,20 +43,38 @@ pub(super) async fn compact_session(
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// The filters, order and page of `GET /sessions`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct SessionsQuery {
+    /// `agent` (the default); `team` and `workflow` list nothing (turnstile has agents
+    /// only).
     #[serde(rename = "type")]
     session_type: Option<String>,
+    /// Only this agent's sessions.
     component_id: Option<String>,
+    /// Only this user's sessions.
     user_id: Option<String>,
+    /// Only sessions whose name contains this text.
     session_name: Option<String>,
+    /// Sessions per page, 1 to 1,000 (default 20).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     limit: Option<String>,
+    /// The page, from 1 (default 1).
+    #[param(value_type = Option<u32>, minimum = 1)]
     page: Option<String>,
+    /// `created_at` (the only order).
     sort_by: Option<String>,
+    /// `desc` (newest first, the default) or `asc`.
     sort_order: Option<String>,
 }
 
 /// `GET /sessions`: paginated, filtered by agent and user, newest first by default.
+#[utoipa::path(
+    get, path = "/sessions", tag = "sessions", summary = "Sessions, paginated and filtered",
+    params(SessionsQuery),
+    responses((status = 200, description = "A page of sessions", body = SessionPage), (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 422, description = "A field or parameter that does not parse, is over its bound, or is unknown", body = ErrorBody))
+)]
 pub(super) async fn list_sessions(
     State(state): State<AppState>,
     Query(query): Query<SessionsQuery>,
@@ -115,6 +141,11 @@ pub(super) async fn list_sessions(
     }))
 }
 
+#[utoipa::path(
+    get, path = "/sessions/{session_id}", tag = "sessions", summary = "One session with its metrics and harness session",
+    params(("session_id" = String, Path, description = "A session's id")),
+    responses((status = 200, description = "The session", body = SessionDetail), (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 404, description = "No such session (or it was deleted)", body = ErrorBody))
+)]
 pub(super) async fn get_session(
     State(state): State<AppState>,
     Path(session_id): Path<String>,
@@ -128,6 +159,11 @@ pub(super) async fn get_session(
     Ok(Json(dto::session_detail(&session, &sdk, &name)))
 }
 
+#[utoipa::path(
+    get, path = "/sessions/{session_id}/runs", tag = "sessions", summary = "A session's runs",
+    params(("session_id" = String, Path, description = "A session's id")),
+    responses((status = 200, description = "The session's runs, oldest first", body = Vec<RunOutput>), (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 404, description = "No such session (or it was deleted)", body = ErrorBody))
+)]
 pub(super) async fn get_session_runs(
     State(state): State<AppState>,
     Path(session_id): Path<String>,
@@ -143,6 +179,11 @@ pub(super) async fn get_session_runs(
 }
 
 /// `DELETE /sessions/{id}`: a tombstone event; 204, or 409 while a run is in flight.
+#[utoipa::path(
+    delete, path = "/sessions/{session_id}", tag = "sessions", summary = "Delete a session (a tombstone; the journal keeps it)",
+    params(("session_id" = String, Path, description = "A session's id")),
+    responses((status = 204, description = "Deleted: the session and its runs read as 404 from now on"), (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 404, description = "No such session (or it was deleted)", body = ErrorBody), (status = 409, description = "A run is in flight (session_busy)", body = ErrorBody))
+)]
 pub(super) async fn delete_session(
     State(state): State<AppState>,
     Path(session_id): Path<String>,
