@@ -6,6 +6,7 @@
 
 pub mod claude;
 pub mod fake_anthropic;
+pub mod fake_openai;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

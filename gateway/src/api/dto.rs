@@ -21,7 +21,7 @@ pub struct Agent {
     pub description: String,
     /// The model its harness runs.
     pub model: AgentModel,
-    /// `sdk`: `claude-agent-sdk`, `codex` or `scripted`.
+    /// `sdk`: the harness family (`scripted`, or a CLI harness's own name).
     pub metadata: Sdk,
 }
 
@@ -39,7 +39,7 @@ pub struct AgentModel {
 /// The harness family of an agent or session.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Sdk {
-    /// `claude-agent-sdk`, `codex` or `scripted`.
+    /// The harness family: `scripted`, or a CLI harness's own name.
     pub sdk: String,
 }
 
@@ -78,7 +78,7 @@ pub struct Message {
     pub tool_call_id: Option<String>,
 }
 
-/// A tool call inside an assistant message (OpenAI's shape, as agno keeps it).
+/// A tool call inside an assistant message (the chat-completions shape, as agno keeps it).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct MessageToolCall {
     /// The call's id.
@@ -530,7 +530,7 @@ pub struct AgentData {
 pub struct SessionMetadata {
     /// The harness family.
     pub sdk: String,
-    /// The harness's own session (Claude Code's session id), once it has one.
+    /// The harness's own session (the CLI's session or thread id), once it has one.
     pub harness_session_id: Option<String>,
     /// Runs in the session.
     pub runs: u64,
