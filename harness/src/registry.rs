@@ -105,8 +105,12 @@ impl HarnessConfig {
                 options.state_dir = context.state_dir.to_path_buf();
                 Ok(Arc::new(ClaudeCodeHarness::new(options)))
             }
-            // The dialect's skeleton exists (`crate::codex`); its turns do not yet.
-            HarnessConfig::Codex(_) => Err(BuildError::NotBuilt("codex")),
+            HarnessConfig::Codex(options) => {
+                let mut options = options.clone();
+                options.cwd = context.cwd.to_path_buf();
+                options.state_dir = context.state_dir.to_path_buf();
+                Ok(Arc::new(crate::codex::CodexHarness::new(options)))
+            }
         }
     }
 }

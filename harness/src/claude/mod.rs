@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 pub use outcome::classify;
 
-use crate::cli::{CliHarness, CliSettings, Dialect, Launch, LineContext, Step};
+use crate::cli::{CliHarness, CliSettings, Dialect, Launch, LineContext, Step, TurnStart};
 use crate::{ErrorKind, HarnessError, HarnessInfo, TurnOutcome, TurnRequest};
 
 /// The model when none is configured.
@@ -159,6 +159,8 @@ fn rewrite_session_id(line: &str, id: &str) -> String {
 impl Dialect for ClaudeCode {
     type Turn = stream::ClaudeTurn;
 
+    type Process = ();
+
     const CLI: &'static str = "claude";
 
     fn info(&self) -> HarnessInfo {
@@ -260,11 +262,23 @@ impl Dialect for ClaudeCode {
         Ok(command)
     }
 
-    fn turn_input(&self, request: &TurnRequest) -> String {
+    fn turn_input(
+        &self,
+        request: &TurnRequest,
+        _start: TurnStart<'_>,
+        _process: &mut (),
+        _turn: &mut Self::Turn,
+    ) -> String {
         json!({"type": "user", "message": {"role": "user", "content": request.message}}).to_string()
     }
 
-    fn on_line(&self, line: &str, turn: &mut Self::Turn, context: LineContext<'_>) -> Vec<Step> {
+    fn on_line(
+        &self,
+        line: &str,
+        turn: &mut Self::Turn,
+        _process: &mut (),
+        context: LineContext<'_>,
+    ) -> Vec<Step> {
         stream::on_line(line, turn, context)
     }
 

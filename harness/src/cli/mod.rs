@@ -77,6 +77,30 @@ pub enum Step {
     Emit(HarnessEvent),
     /// The turn ended; the dialect reads its outcome from this value.
     End(Value),
+    /// Write this line to the CLI's stdin (a request or an answer of a protocol that
+    /// takes several exchanges per turn).
+    Send(String),
+    /// The CLI named the harness session it created (dialects whose CLI assigns the
+    /// ids): the process serves `harness_session_id` from now on, whose transcript is
+    /// at `transcript`. The core announces the session then.
+    Session {
+        /// The CLI's id of the session.
+        harness_session_id: String,
+        /// Where its transcript will be.
+        transcript: PathBuf,
+    },
+}
+
+/// What the dialect knows of the process a turn starts on.
+#[derive(Debug, Clone, Copy)]
+pub struct TurnStart<'a> {
+    /// The process has served no turn yet (it was started for this one).
+    pub first: bool,
+    /// It resumes `harness_session_id` from the restored transcript (else the session
+    /// is new).
+    pub resume: bool,
+    /// The harness session (for a new one of a CLI that assigns ids: a placeholder).
+    pub harness_session_id: &'a str,
 }
 
 /// What the dialect may read while it turns a line into steps.
@@ -92,6 +116,13 @@ pub struct LineContext<'a> {
 pub trait Dialect: Send + Sync + 'static {
     /// What the dialect remembers while it reads one turn's output.
     type Turn: Default + Send;
+
+    /// What the dialect remembers of one process across its turns.
+    type Process: Default + Send + 'static;
+
+    /// Whether the CLI assigns the ids of new sessions ([`Step::Session`] names them);
+    /// else the core chooses them ([`Dialect::new_session_id`]).
+    const ASSIGNS_SESSION_IDS: bool = false;
 
     /// The CLI's name, for messages and logs (`claude`).
     const CLI: &'static str;
@@ -129,10 +160,29 @@ pub trait Dialect: Send + Sync + 'static {
     fn command(&self, launch: &Launch<'_>) -> Result<tokio::process::Command, HarnessError>;
 
     /// The line written to the CLI's stdin to start a turn.
-    fn turn_input(&self, request: &TurnRequest) -> String;
+    fn turn_input(
+        &self,
+        request: &TurnRequest,
+        start: TurnStart<'_>,
+        process: &mut Self::Process,
+        turn: &mut Self::Turn,
+    ) -> String;
 
     /// The steps one stdout line stands for.
-    fn on_line(&self, line: &str, turn: &mut Self::Turn, context: LineContext<'_>) -> Vec<Step>;
+    fn on_line(
+        &self,
+        line: &str,
+        turn: &mut Self::Turn,
+        process: &mut Self::Process,
+        context: LineContext<'_>,
+    ) -> Vec<Step>;
+
+    /// The line that asks the CLI to stop the turn when the run is cancelled, if it has
+    /// one; the core then reads on until the turn ends (at most a few seconds), and
+    /// kills the process and everything below it either way.
+    fn interrupt(&self, _turn: &Self::Turn) -> Option<String> {
+        None
+    }
 
     /// How the turn ended, from the value of [`Step::End`].
     fn outcome(
@@ -293,13 +343,15 @@ impl<D: Dialect> CliHarness<D> {
             .iter()
             .filter_map(|line| self.dialect.line_identity(line))
             .collect();
-        CliProcess::start(
+        let mut process = CliProcess::start(
             command,
             settings.bin,
             TranscriptTail::new(path, text.len() as u64),
             seen,
             harness_session_id,
-        )
+        )?;
+        process.resume = resume;
+        Ok(process)
     }
 
     async fn turn(
@@ -322,7 +374,8 @@ impl<D: Dialect> CliHarness<D> {
                 Some(cli) => cli,
                 None => self.spawn(&request, schema.as_deref())?,
             };
-            if !announced {
+            // A CLI that names its new sessions announces them itself (`Step::Session`).
+            if !announced && (cli.resume || !D::ASSIGNS_SESSION_IDS || cli.turns > 0) {
                 announced = true;
                 let started = HarnessEvent::SessionStarted {
                     harness_session_id: cli.harness_session_id.clone(),
@@ -362,6 +415,7 @@ impl<D: Dialect> CliHarness<D> {
                 }
                 TurnEnd::End(end) => {
                     let outcome = self.dialect.outcome(&end, &turn, &cli.stderr_tail());
+                    cli.turns += 1;
                     if outcome.is_ok() {
                         self.pool.put(Warm {
                             session_id: request.session_id.clone(),
@@ -394,23 +448,83 @@ impl<D: Dialect> CliHarness<D> {
         let dialect = &*self.dialect;
         // Lines the process wrote after the last turn's answer.
         mirror(dialect, cli, events, state, None).await?;
-        let input = dialect.turn_input(request);
-        let written = async {
-            cli.stdin.write_all(format!("{input}\n").as_bytes()).await?;
-            cli.stdin.flush().await
-        }
-        .await;
-        if let Err(error) = written {
+        let mut memory = cli
+            .memory
+            .take()
+            .and_then(|memory| memory.downcast::<D::Process>().ok())
+            .unwrap_or_default();
+        let start = TurnStart {
+            first: cli.turns == 0,
+            resume: cli.resume,
+            harness_session_id: &cli.harness_session_id,
+        };
+        let input = dialect.turn_input(request, start, &mut memory, turn);
+        let end = self
+            .follow(
+                cli,
+                request,
+                events,
+                cancel,
+                state,
+                turn,
+                &mut memory,
+                input,
+            )
+            .await;
+        cli.memory = Some(memory);
+        end
+    }
+
+    /// Writes `input` and follows the CLI's output; see [`CliHarness::drive`].
+    #[allow(clippy::too_many_arguments)]
+    async fn follow(
+        &self,
+        cli: &mut CliProcess,
+        request: &TurnRequest,
+        events: &EventSink,
+        cancel: &CancellationToken,
+        state: &mut TurnState,
+        turn: &mut D::Turn,
+        memory: &mut D::Process,
+        input: String,
+    ) -> Result<TurnEnd, HarnessError> {
+        let dialect = &*self.dialect;
+        if let Err(error) = write_line(cli, &input).await {
             return Ok(TurnEnd::Died(format!("cannot write to the CLI: {error}")));
         }
+        // Once cancelled, the CLI has until then to end the turn it was asked to stop.
+        let mut stop_by: Option<tokio::time::Instant> = None;
         loop {
-            let line = tokio::select! {
-                line = cli.stdout.next_line() => line,
-                _ = cancel.cancelled() => {
-                    cli.kill();
-                    return Err(HarnessError::Cancelled);
+            let line = match stop_by {
+                None => tokio::select! {
+                    line = cli.stdout.next_line() => line,
+                    _ = cancel.cancelled() => {
+                        match dialect.interrupt(turn) {
+                            Some(stop) if write_line(cli, &stop).await.is_ok() => {
+                                stop_by = Some(tokio::time::Instant::now() + INTERRUPT_GRACE);
+                                continue;
+                            }
+                            _ => {
+                                cli.kill();
+                                return Err(HarnessError::Cancelled);
+                            }
+                        }
+                    }
+                },
+                Some(deadline) => {
+                    match tokio::time::timeout_at(deadline, cli.stdout.next_line()).await {
+                        Ok(line) => line,
+                        Err(_) => {
+                            cli.kill();
+                            return Err(HarnessError::Cancelled);
+                        }
+                    }
                 }
             };
+            if stop_by.is_some() && !matches!(line, Ok(Some(_))) {
+                cli.kill();
+                return Err(HarnessError::Cancelled);
+            }
             let Ok(Some(line)) = line else {
                 // Let the stderr reader catch up with the last words.
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -427,14 +541,40 @@ impl<D: Dialect> CliHarness<D> {
                 transcript: &request.transcript,
                 mirrored: &state.mirrored,
             };
-            for step in dialect.on_line(&line, turn, context) {
+            for step in dialect.on_line(&line, turn, memory, context) {
                 match step {
                     Step::Received => state.received = true,
                     Step::Mirror(until) => {
                         mirror(dialect, cli, events, state, until.as_deref()).await?;
                     }
-                    Step::Emit(event) => send(events, event).await?,
+                    Step::Emit(event) if stop_by.is_none() => send(events, event).await?,
+                    Step::Emit(_) => {}
+                    Step::End(_) if stop_by.is_some() => {
+                        // The turn stopped as asked: what it wrote is journaled, then
+                        // nothing of it is left running.
+                        let _ = mirror(dialect, cli, events, state, None).await;
+                        cli.kill();
+                        return Err(HarnessError::Cancelled);
+                    }
                     Step::End(end) => return Ok(TurnEnd::End(end)),
+                    Step::Send(line) => {
+                        if let Err(error) = write_line(cli, &line).await {
+                            return Ok(TurnEnd::Died(format!("cannot write to the CLI: {error}")));
+                        }
+                    }
+                    Step::Session {
+                        harness_session_id,
+                        transcript,
+                    } => {
+                        if transcript != cli.transcript.path() {
+                            cli.transcript = TranscriptTail::new(transcript, 0);
+                        }
+                        cli.harness_session_id = harness_session_id.clone();
+                        if stop_by.is_none() {
+                            send(events, HarnessEvent::SessionStarted { harness_session_id })
+                                .await?;
+                        }
+                    }
                 }
             }
         }
@@ -486,6 +626,14 @@ impl<D: Dialect> CliHarness<D> {
             },
         })
     }
+}
+
+/// How long a cancelled turn may take to stop once asked.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(3);
+
+async fn write_line(cli: &mut CliProcess, line: &str) -> std::io::Result<()> {
+    cli.stdin.write_all(format!("{line}\n").as_bytes()).await?;
+    cli.stdin.flush().await
 }
 
 /// Shows an event; a closed receiver means the run task is gone, so the turn stops.

@@ -27,6 +27,12 @@ pub(crate) struct CliProcess {
     pub(crate) seen: HashSet<String>,
     /// The harness session the process serves.
     pub(crate) harness_session_id: String,
+    /// Whether it was started to resume that session (else to start it).
+    pub(crate) resume: bool,
+    /// Turns it has served.
+    pub(crate) turns: u32,
+    /// The dialect's memory of this process (its `Dialect::Process`).
+    pub(crate) memory: Option<Box<dyn std::any::Any + Send>>,
 }
 
 impl CliProcess {
@@ -92,6 +98,9 @@ impl CliProcess {
             transcript,
             seen,
             harness_session_id,
+            resume: false,
+            turns: 0,
+            memory: None,
         })
     }
 

@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 use std::io::{Read, Seek, SeekFrom};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::process::CliProcess;
@@ -27,6 +27,11 @@ pub(crate) struct TranscriptTail {
 }
 
 impl TranscriptTail {
+    /// The file tailed.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Tails `path` from byte `offset` (what the caller already has).
     pub(crate) fn new(path: PathBuf, offset: u64) -> Self {
         TranscriptTail {

@@ -1,22 +1,27 @@
-//! The Codex dialect (skeleton): the real `codex` CLI's app-server, on the CLI core.
+//! The Codex dialect: the real `codex` CLI's app-server (JSON-RPC over stdio), on the
+//! CLI core.
 //!
-//! What is here is what the core needs from Codex and can be settled without running
-//! it: the typed options and configuration keys of `spec/cli.md`, the offline
-//! `CODEX_HOME/config.toml` the runtime owns, where a thread's rollout lives
-//! (`sessions/YYYY/MM/DD/rollout-<ts>-<thread>.jsonl`, named after its first line),
-//! how a rollout line is restored into a forked thread, and the app-server
-//! notifications that carry text and end a turn. Starting the process is refused with
-//! "not built yet": the JSON-RPC handshake, thread start and resume, tool items, usage
-//! and error classes are the Codex issue's (see `shared/reference/codex-cli.md`).
+//! Each session has a `CODEX_HOME` the runtime owns, with an offline `config.toml`
+//! (only the configured endpoint; plugins, analytics and telemetry off; the CLI's own
+//! retries off, so the runtime owns them). A thread is started with
+//! `historyMode: "legacy"`, so its rollout (`sessions/YYYY/MM/DD/rollout-<ts>-<thread>.jsonl`)
+//! is self-contained: every line is journaled as it is written and written back before
+//! a cold start, which is how a thread resumes after a restart or on another server.
+//! `protocol.rs` speaks the app-server's turn; `outcome.rs` reads its end (errors
+//! classified from `codexErrorInfo`, usage as the thread's total after the turn minus
+//! before it). What the CLI does is in `shared/reference/codex-cli.md`.
+
+mod outcome;
+mod protocol;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::cli::{CliHarness, CliSettings, Dialect, Launch, LineContext, Step};
-use crate::{ErrorKind, HarnessError, HarnessEvent, HarnessInfo, TurnOutcome, TurnRequest};
+use crate::cli::{CliHarness, CliSettings, Dialect, Launch, LineContext, Step, TurnStart};
+use crate::{ErrorKind, HarnessError, HarnessInfo, TurnOutcome, TurnRequest};
 
 /// The model when none is configured (agno's CodexAgent default).
 pub const DEFAULT_MODEL: &str = "gpt-5.6-luna";
@@ -117,15 +122,8 @@ impl From<CodexOptions> for Codex {
     }
 }
 
-/// The Codex harness: the CLI core speaking Codex's dialect (not built yet).
+/// The Codex harness: the CLI core speaking Codex's dialect.
 pub type CodexHarness = CliHarness<Codex>;
-
-fn not_built() -> HarnessError {
-    HarnessError::Failed {
-        kind: ErrorKind::InvalidRequest,
-        message: "the codex harness is not built yet".into(),
-    }
-}
 
 fn quoted(text: &str) -> String {
     Value::String(text.to_owned()).to_string()
@@ -160,7 +158,11 @@ impl Codex {
 }
 
 impl Dialect for Codex {
-    type Turn = ();
+    type Turn = protocol::CodexTurn;
+
+    type Process = protocol::CodexProcess;
+
+    const ASSIGNS_SESSION_IDS: bool = true;
 
     const CLI: &'static str = "codex";
 
@@ -231,48 +233,67 @@ impl Dialect for Codex {
         }
     }
 
-    fn command(&self, _launch: &Launch<'_>) -> Result<tokio::process::Command, HarnessError> {
-        Err(not_built())
-    }
-
-    fn turn_input(&self, request: &TurnRequest) -> String {
-        json!({
-            "id": 3,
-            "method": "turn/start",
-            "params": {
-                "threadId": request.harness_session_id,
-                "input": [{"type": "text", "text": request.message}],
+    fn command(&self, launch: &Launch<'_>) -> Result<tokio::process::Command, HarnessError> {
+        std::fs::create_dir_all(launch.config_dir).map_err(|error| HarnessError::Failed {
+            kind: ErrorKind::Transient,
+            message: format!("creating CODEX_HOME: {error}"),
+        })?;
+        std::fs::write(launch.config_dir.join("config.toml"), self.config_toml()).map_err(
+            |error| HarnessError::Failed {
+                kind: ErrorKind::Transient,
+                message: format!("writing CODEX_HOME/config.toml: {error}"),
             },
-        })
-        .to_string()
+        )?;
+        // A home restored with a rollout of another length must not keep the CLI's
+        // sqlite projections of the old one (they hold byte offsets into it).
+        if let Ok(entries) = std::fs::read_dir(launch.config_dir) {
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                if name.to_string_lossy().contains(".sqlite") {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+        let mut command = tokio::process::Command::new(&self.options.bin);
+        command
+            .arg("app-server")
+            .env("CODEX_HOME", launch.config_dir)
+            .env("NO_COLOR", "1")
+            .env_remove("RUST_LOG");
+        Ok(command)
     }
 
-    fn on_line(&self, line: &str, _turn: &mut (), _context: LineContext<'_>) -> Vec<Step> {
-        let Ok(message) = serde_json::from_str::<Value>(line) else {
-            return Vec::new();
-        };
-        match message["method"].as_str() {
-            Some("item/agentMessage/delta") => vec![
-                Step::Received,
-                Step::Emit(HarnessEvent::ContentDelta {
-                    text: message["params"]["delta"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                }),
-            ],
-            Some("turn/completed") => vec![Step::Mirror(None), Step::End(message)],
-            _ => Vec::new(),
-        }
+    fn turn_input(
+        &self,
+        request: &TurnRequest,
+        start: TurnStart<'_>,
+        process: &mut protocol::CodexProcess,
+        turn: &mut protocol::CodexTurn,
+    ) -> String {
+        protocol::turn_input(self, request, start, process, turn)
+    }
+
+    fn on_line(
+        &self,
+        line: &str,
+        turn: &mut protocol::CodexTurn,
+        process: &mut protocol::CodexProcess,
+        _context: LineContext<'_>,
+    ) -> Vec<Step> {
+        protocol::on_line(self, line, turn, process)
+    }
+
+    fn interrupt(&self, turn: &protocol::CodexTurn) -> Option<String> {
+        protocol::interrupt(turn)
     }
 
     fn outcome(
         &self,
-        _end: &Value,
-        _turn: &(),
+        end: &Value,
+        turn: &protocol::CodexTurn,
         _stderr: &str,
     ) -> Result<TurnOutcome, HarnessError> {
-        Err(not_built())
+        outcome::outcome(self, end, turn)
     }
 
     fn classify_exit(&self, message: &str) -> ErrorKind {
@@ -284,14 +305,14 @@ impl Dialect for Codex {
     }
 
     fn compact_message(&self) -> String {
-        "/compact".into()
+        protocol::COMPACT_MESSAGE.into()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Harness;
+    use serde_json::json;
 
     fn codex() -> Codex {
         codex_in(Path::new("/w"), Path::new("/s"))
@@ -336,28 +357,5 @@ mod tests {
         let restored: Value = serde_json::from_str(&codex().restore_line(first, "new")).unwrap();
         assert_eq!(restored["payload"]["id"], "new");
         assert_eq!(restored["payload"]["session_id"], "new");
-    }
-
-    #[tokio::test]
-    async fn a_turn_says_the_harness_is_not_built_yet() {
-        let dir = std::env::temp_dir().join(format!("turnstile-codex-{}", uuid::Uuid::now_v7()));
-        let harness = CodexHarness::new(codex_in(&dir.join("w"), &dir.join("s")));
-        let (tx, _rx) = tokio::sync::mpsc::channel(8);
-        let request = TurnRequest {
-            run_id: turnstile_journal::RunId::new_v7(),
-            session_id: turnstile_journal::SessionId::parse("s").unwrap(),
-            attempt: 1,
-            message: "hi".into(),
-            harness_session_id: None,
-            transcript: crate::Transcript::default(),
-            output_schema: None,
-        };
-        let error = harness
-            .run_turn(request, tx, tokio_util::sync::CancellationToken::new())
-            .await
-            .unwrap_err();
-        assert_eq!(error.to_string(), "the codex harness is not built yet");
-        assert_eq!(harness.info().sdk, "codex");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

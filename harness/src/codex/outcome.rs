@@ -1,0 +1,246 @@
+//! How a Codex turn ended: its answer and usage, or its error classified from the
+//! typed `codexErrorInfo` (and the HTTP status inside it).
+
+use serde_json::Value;
+
+use super::Codex;
+use super::protocol::CodexTurn;
+use crate::{ErrorKind, HarnessError, ModelUsage, TurnOutcome, Usage};
+
+/// A thread's token totals (`thread/tokenUsage/updated`'s `total`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tokens {
+    /// Input tokens, cached ones included (as OpenAI counts them).
+    pub input: u64,
+    /// Cached input tokens.
+    pub cached: u64,
+    /// Input tokens written to the cache.
+    pub cache_write: u64,
+    /// Output tokens.
+    pub output: u64,
+    /// Reasoning output tokens.
+    pub reasoning: u64,
+}
+
+impl Tokens {
+    /// From the app-server's camelCase totals.
+    pub fn from_codex(total: &Value) -> Tokens {
+        let field = |name: &str| total[name].as_u64().unwrap_or(0);
+        Tokens {
+            input: field("inputTokens"),
+            cached: field("cachedInputTokens"),
+            cache_write: field("cacheWriteInputTokens"),
+            output: field("outputTokens"),
+            reasoning: field("reasoningOutputTokens"),
+        }
+    }
+
+    fn minus(&self, before: &Tokens) -> Tokens {
+        Tokens {
+            input: self.input.saturating_sub(before.input),
+            cached: self.cached.saturating_sub(before.cached),
+            cache_write: self.cache_write.saturating_sub(before.cache_write),
+            output: self.output.saturating_sub(before.output),
+            reasoning: self.reasoning.saturating_sub(before.reasoning),
+        }
+    }
+}
+
+/// The turn's usage: the thread's total after it minus before it (a fresh thread
+/// starts at zero), every model request of the turn included; one model entry, no cost.
+fn usage(codex: &Codex, turn: &CodexTurn) -> Usage {
+    let after = turn.after.clone().unwrap_or_default();
+    let spent = match &turn.after {
+        Some(_) => after.minus(&turn.before.clone().unwrap_or_default()),
+        None => Tokens::default(),
+    };
+    // OpenAI counts cached tokens inside the input; the runtime's input excludes them.
+    let input = spent.input.saturating_sub(spent.cached);
+    let model = turn
+        .model
+        .clone()
+        .unwrap_or_else(|| codex.options.model.clone());
+    Usage {
+        input_tokens: input,
+        output_tokens: spent.output,
+        cache_read_tokens: spent.cached,
+        cache_write_tokens: spent.cache_write,
+        reasoning_tokens: spent.reasoning,
+        cost_usd: None,
+        models: vec![ModelUsage {
+            id: model,
+            provider: "openai".into(),
+            input_tokens: input,
+            output_tokens: spent.output,
+            cache_read_tokens: spent.cached,
+            cache_write_tokens: spent.cache_write,
+            cost_usd: None,
+        }],
+        additional: serde_json::Map::new(),
+    }
+}
+
+/// The answer: the message marked `final_answer`, else the last one.
+fn answer(turn: &CodexTurn) -> String {
+    turn.messages
+        .iter()
+        .rev()
+        .find(|(_, _, phase)| phase.as_deref() == Some("final_answer"))
+        .or_else(|| turn.messages.last())
+        .map(|(_, text, _)| text.clone())
+        .unwrap_or_default()
+}
+
+/// The outcome of `end` (the `turn/completed` parameters, or our refused request).
+pub(crate) fn outcome(
+    codex: &Codex,
+    end: &Value,
+    turn: &CodexTurn,
+) -> Result<TurnOutcome, HarnessError> {
+    if let Some((request, message)) = &turn.refused {
+        return Err(refused(request, message));
+    }
+    let status = end["turn"]["status"].as_str().unwrap_or_default();
+    match status {
+        "completed" => Ok(TurnOutcome {
+            content: answer(turn),
+            usage: usage(codex, turn),
+        }),
+        "interrupted" => Err(HarnessError::Cancelled),
+        _ => {
+            let error = if end["turn"]["error"].is_object() {
+                &end["turn"]["error"]
+            } else {
+                turn.error.as_ref().unwrap_or(&Value::Null)
+            };
+            let message = error["message"]
+                .as_str()
+                .filter(|message| !message.is_empty())
+                .unwrap_or("the codex turn failed")
+                .to_owned();
+            Err(HarnessError::Failed {
+                kind: classify(&error["codexErrorInfo"], &message),
+                message,
+            })
+        }
+    }
+}
+
+/// A request the app-server refused: a thread it cannot resume is gone (the runtime
+/// falls back to a fresh one seeded with the history); anything else fails the attempt.
+fn refused(request: &str, message: &str) -> HarnessError {
+    let kind = if request == "thread"
+        && (message.contains("no rollout found") || message.contains("invalid session id"))
+    {
+        ErrorKind::SessionNotFound
+    } else if message.contains("already has an active writer") || message.contains("overloaded") {
+        ErrorKind::Transient
+    } else if request == "thread" || request == "turn" {
+        ErrorKind::InvalidRequest
+    } else {
+        ErrorKind::Transient
+    };
+    HarnessError::Failed {
+        kind,
+        message: format!("codex refused {request}: {message}"),
+    }
+}
+
+/// The class of a failed turn: authentication, billing and quota, bad requests, the
+/// context window, policy and Codex's usage and budget limits are permanent; the rest
+/// (rate limits, overload, server errors, dropped streams) may pass.
+pub(crate) fn classify(info: &Value, message: &str) -> ErrorKind {
+    let (variant, status) = match info {
+        Value::String(variant) => (variant.as_str(), None),
+        Value::Object(object) => match object.iter().next() {
+            Some((variant, detail)) => (variant.as_str(), detail["httpStatusCode"].as_u64()),
+            None => ("other", None),
+        },
+        _ => ("other", None),
+    };
+    match status {
+        Some(401 | 403) => return ErrorKind::Authentication,
+        Some(402) => return ErrorKind::Billing,
+        Some(400 | 404 | 413 | 422) => return ErrorKind::InvalidRequest,
+        _ => {}
+    }
+    match variant {
+        "unauthorized" => ErrorKind::Authentication,
+        "usageLimitExceeded" => ErrorKind::Billing,
+        "sessionBudgetExceeded" => ErrorKind::MaxBudget,
+        "contextWindowExceeded" => ErrorKind::ContextWindow,
+        "badRequest" | "modelNotFound" => ErrorKind::InvalidRequest,
+        "cyberPolicy"
+        | "misalignmentPolicyViolation"
+        | "inferenceHookDenied"
+        | "tooManyDenials" => ErrorKind::Policy,
+        _ if message.contains("Quota exceeded") => ErrorKind::Billing,
+        _ => ErrorKind::Transient,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn errors_are_classed_from_the_typed_info_and_its_status() {
+        for (info, kind) in [
+            (
+                json!({"httpConnectionFailed": {"httpStatusCode": 401}}),
+                ErrorKind::Authentication,
+            ),
+            (
+                json!({"responseTooManyFailedAttempts": {"httpStatusCode": 429}}),
+                ErrorKind::Transient,
+            ),
+            (json!("internalServerError"), ErrorKind::Transient),
+            (json!("serverOverloaded"), ErrorKind::Transient),
+            (json!("contextWindowExceeded"), ErrorKind::ContextWindow),
+            (json!("usageLimitExceeded"), ErrorKind::Billing),
+            (json!("sessionBudgetExceeded"), ErrorKind::MaxBudget),
+            (
+                json!({"httpConnectionFailed": {"httpStatusCode": 400}}),
+                ErrorKind::InvalidRequest,
+            ),
+            (json!("cyberPolicy"), ErrorKind::Policy),
+            (
+                json!({"httpConnectionFailed": {"httpStatusCode": null}}),
+                ErrorKind::Transient,
+            ),
+            (json!("other"), ErrorKind::Transient),
+        ] {
+            assert_eq!(classify(&info, "x"), kind, "{info}");
+        }
+    }
+
+    #[test]
+    fn usage_is_the_thread_total_after_minus_before() {
+        let before = Tokens {
+            input: 1000,
+            cached: 500,
+            cache_write: 0,
+            output: 7,
+            reasoning: 0,
+        };
+        let after = Tokens {
+            input: 3040,
+            cached: 1520,
+            cache_write: 0,
+            output: 21,
+            reasoning: 2,
+        };
+        let spent = after.minus(&before);
+        assert_eq!(
+            spent,
+            Tokens {
+                input: 2040,
+                cached: 1020,
+                cache_write: 0,
+                output: 14,
+                reasoning: 2
+            }
+        );
+    }
+}

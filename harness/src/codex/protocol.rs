@@ -1,0 +1,514 @@
+//! One turn of the app-server's JSON-RPC: the handshake and the thread on a new
+//! process, `turn/start`, the notifications that become events, the server's
+//! requests answered, and `turn/interrupt` when the run is cancelled.
+//!
+//! Requests carry string ids that say what they are (`init:1`, `thread:2`, `turn:3`),
+//! so an answer is matched without a table. One turn per thread at a time is the
+//! runtime's rule: the app-server would merge a second `turn/start` into the running
+//! turn, so it never receives one.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use super::Codex;
+use super::outcome::Tokens;
+use crate::cli::{Step, TurnStart};
+use crate::{HarnessEvent, ToolCall, TurnRequest};
+
+/// The message a compaction is asked with; the dialect sends `thread/compact/start`
+/// instead of a turn for it.
+pub(crate) const COMPACT_MESSAGE: &str = "\u{1}turnstile:compact";
+
+/// What the dialect remembers of one app-server process.
+#[derive(Debug, Default)]
+pub struct CodexProcess {
+    /// The thread it serves, once started or resumed.
+    thread_id: Option<String>,
+    /// The thread's token totals as last reported.
+    thread_total: Option<Tokens>,
+    /// The last request id used.
+    next_id: u64,
+}
+
+/// Where the turn is in its exchange with the app-server.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Waiting for `initialize`'s answer.
+    #[default]
+    Initializing,
+    /// Waiting for `thread/start` or `thread/resume`.
+    Thread,
+    /// `turn/start` (or the compaction) sent.
+    Turn,
+}
+
+/// What the dialect remembers while it reads one turn.
+#[derive(Debug, Default)]
+pub struct CodexTurn {
+    stage: Stage,
+    /// Whether the thread is resumed (else started) on this process.
+    resume: bool,
+    /// The thread.
+    pub(crate) thread_id: Option<String>,
+    /// The turn, once `turn/start` answered.
+    pub(crate) turn_id: Option<String>,
+    /// The `turn/start` parameters but the thread.
+    start: Value,
+    /// A compaction instead of a turn.
+    pub(crate) compacting: bool,
+    /// The thread's totals before the turn, and the last totals of this turn.
+    pub(crate) before: Option<Tokens>,
+    pub(crate) after: Option<Tokens>,
+    /// Agent messages in order: (item id, text, phase).
+    pub(crate) messages: Vec<(String, String, Option<String>)>,
+    /// Messages whose text came as deltas.
+    streamed: HashSet<String>,
+    /// Whether any text was shown (the next message starts with a blank line).
+    shown_text: bool,
+    /// Tool calls started and not completed, by item id.
+    open_tools: HashSet<String>,
+    /// The last error that will not be retried by the CLI (`error` notification).
+    pub(crate) error: Option<Value>,
+    /// A request of ours the app-server refused: (method, message).
+    pub(crate) refused: Option<(String, String)>,
+    /// A compaction happened in the turn.
+    pub(crate) compacted: bool,
+    /// The model the thread runs.
+    pub(crate) model: Option<String>,
+}
+
+fn request(process: &mut CodexProcess, kind: &str, method: &str, params: Value) -> String {
+    process.next_id += 1;
+    json!({"id": format!("{kind}:{}", process.next_id), "method": method, "params": params})
+        .to_string()
+}
+
+/// The first line of the turn: the handshake on a new process, else `turn/start`.
+pub(crate) fn turn_input(
+    codex: &Codex,
+    request: &TurnRequest,
+    start: TurnStart<'_>,
+    process: &mut CodexProcess,
+    turn: &mut CodexTurn,
+) -> String {
+    turn.compacting = request.message == COMPACT_MESSAGE;
+    turn.model = Some(codex.options.model.clone());
+    let mut input = vec![json!({"type": "text", "text": request.message, "text_elements": []})];
+    input.extend(images(&request.message));
+    turn.start = json!({"input": input});
+    if let Some(schema) = request
+        .output_schema
+        .as_deref()
+        .and_then(|schema| serde_json::from_str::<Value>(schema).ok())
+    {
+        turn.start["outputSchema"] = schema;
+    }
+    if start.first || process.thread_id.is_none() {
+        turn.stage = Stage::Initializing;
+        turn.resume = start.resume;
+        if start.resume {
+            turn.thread_id = Some(start.harness_session_id.to_owned());
+        }
+        return request_line(
+            process,
+            "init",
+            "initialize",
+            json!({
+                "clientInfo": {"name": "turnstile", "title": null, "version": env!("CARGO_PKG_VERSION")},
+                "capabilities": {"experimentalApi": true},
+            }),
+        );
+    }
+    turn.thread_id = process.thread_id.clone();
+    turn.before = process.thread_total.clone();
+    turn.stage = Stage::Turn;
+    start_turn(process, turn)
+}
+
+fn request_line(process: &mut CodexProcess, kind: &str, method: &str, params: Value) -> String {
+    request(process, kind, method, params)
+}
+
+/// `localImage` inputs for the images the runtime staged for the turn: the note it
+/// adds to the message names them (`- NAME (image/…, N bytes)` under `(in DIR):`).
+fn images(message: &str) -> Vec<Value> {
+    let Some((_, after)) = message.split_once("(in ") else {
+        return Vec::new();
+    };
+    let Some((dir, list)) = after.split_once("):") else {
+        return Vec::new();
+    };
+    list.lines()
+        .filter_map(|line| line.trim().strip_prefix("- "))
+        .filter_map(|entry| {
+            let (name, kind) = entry.split_once(" (")?;
+            kind.starts_with("image/")
+                .then(|| json!({"type": "localImage", "path": format!("{dir}/{name}")}))
+        })
+        .collect()
+}
+
+fn start_turn(process: &mut CodexProcess, turn: &mut CodexTurn) -> String {
+    let thread_id = turn.thread_id.clone().unwrap_or_default();
+    if turn.compacting {
+        return request(
+            process,
+            "compact",
+            "thread/compact/start",
+            json!({"threadId": thread_id}),
+        );
+    }
+    let mut params = turn.start.clone();
+    params["threadId"] = Value::String(thread_id);
+    request(process, "turn", "turn/start", params)
+}
+
+fn thread_params(codex: &Codex, turn: &CodexTurn) -> Value {
+    let options = &codex.options;
+    let cwd = std::fs::canonicalize(&options.cwd).unwrap_or_else(|_| options.cwd.clone());
+    let mut params = json!({
+        "cwd": cwd,
+        "model": options.model,
+        "sandbox": options.sandbox,
+        "approvalPolicy": options.approval_policy,
+    });
+    match &turn.thread_id {
+        Some(thread_id) if turn.resume => params["threadId"] = json!(thread_id),
+        _ => params["historyMode"] = json!("legacy"),
+    }
+    params
+}
+
+/// The `turn/interrupt` of a cancelled run, once the turn has an id.
+pub(crate) fn interrupt(turn: &CodexTurn) -> Option<String> {
+    let (thread_id, turn_id) = (turn.thread_id.as_ref()?, turn.turn_id.as_ref()?);
+    Some(
+        json!({"id": "interrupt:0", "method": "turn/interrupt",
+               "params": {"threadId": thread_id, "turnId": turn_id}})
+        .to_string(),
+    )
+}
+
+/// The steps of one line the app-server wrote.
+pub(crate) fn on_line(
+    codex: &Codex,
+    line: &str,
+    turn: &mut CodexTurn,
+    process: &mut CodexProcess,
+) -> Vec<Step> {
+    let Ok(message) = serde_json::from_str::<Value>(line) else {
+        return Vec::new();
+    };
+    let method = message["method"].as_str();
+    match (method, message.get("id")) {
+        (None, Some(id)) => answer(codex, id, &message, turn, process),
+        (Some(method), Some(id)) => vec![Step::Send(server_request(method, id))],
+        (Some(method), None) => notification(method, &message["params"], turn, process),
+        (None, None) => Vec::new(),
+    }
+}
+
+/// What the app-server asks of us: approvals are declined (the configured policy
+/// decides what needs none), anything else is refused.
+fn server_request(method: &str, id: &Value) -> String {
+    if method.ends_with("requestApproval") || method.ends_with("Approval") {
+        return json!({"id": id, "result": {"decision": "decline"}}).to_string();
+    }
+    json!({"id": id, "error": {"code": -32601, "message": format!("turnstile does not answer {method}")}})
+        .to_string()
+}
+
+/// The answer to one of our requests.
+fn answer(
+    codex: &Codex,
+    id: &Value,
+    message: &Value,
+    turn: &mut CodexTurn,
+    process: &mut CodexProcess,
+) -> Vec<Step> {
+    let kind = id
+        .as_str()
+        .and_then(|id| id.split(':').next())
+        .unwrap_or_default();
+    if let Some(error) = message.get("error") {
+        let text = error["message"].as_str().unwrap_or("refused").to_owned();
+        if kind == "interrupt" {
+            return Vec::new();
+        }
+        turn.refused = Some((kind.to_owned(), text));
+        return vec![Step::End(json!({"refused": kind}))];
+    }
+    let result = &message["result"];
+    match kind {
+        "init" => {
+            turn.stage = Stage::Thread;
+            let method = if turn.resume && turn.thread_id.is_some() {
+                "thread/resume"
+            } else {
+                "thread/start"
+            };
+            vec![
+                Step::Send(json!({"method": "initialized"}).to_string()),
+                Step::Send(request(
+                    process,
+                    "thread",
+                    method,
+                    thread_params(codex, turn),
+                )),
+            ]
+        }
+        "thread" => {
+            let thread = &result["thread"];
+            let Some(thread_id) = thread["id"].as_str().map(str::to_owned) else {
+                turn.refused = Some(("thread".into(), "the thread has no id".into()));
+                return vec![Step::End(json!({"refused": "thread"}))];
+            };
+            if let Some(model) = result["model"].as_str() {
+                turn.model = Some(model.to_owned());
+            }
+            process.thread_id = Some(thread_id.clone());
+            turn.thread_id = Some(thread_id.clone());
+            turn.stage = Stage::Turn;
+            if turn.before.is_none() {
+                turn.before = process.thread_total.clone();
+            }
+            let mut steps = vec![Step::Received];
+            if !turn.resume {
+                steps.push(Step::Session {
+                    harness_session_id: thread_id,
+                    transcript: thread["path"]
+                        .as_str()
+                        .map(PathBuf::from)
+                        .unwrap_or_default(),
+                });
+            }
+            steps.push(Step::Send(start_turn(process, turn)));
+            steps
+        }
+        "turn" => {
+            turn.turn_id = result["turn"]["id"].as_str().map(str::to_owned);
+            vec![Step::Received]
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn notification(
+    method: &str,
+    params: &Value,
+    turn: &mut CodexTurn,
+    process: &mut CodexProcess,
+) -> Vec<Step> {
+    let ours =
+        params["turnId"].as_str().is_some() && params["turnId"].as_str() == turn.turn_id.as_deref();
+    match method {
+        "turn/started" => {
+            if turn.turn_id.is_none() {
+                turn.turn_id = params["turn"]["id"].as_str().map(str::to_owned);
+            }
+            vec![Step::Received]
+        }
+        "thread/tokenUsage/updated" => {
+            let total = Tokens::from_codex(&params["tokenUsage"]["total"]);
+            if ours {
+                turn.after = Some(total.clone());
+            } else if turn.before.is_none() {
+                // A cold resume restates the thread's total before the turn.
+                turn.before = Some(total.clone());
+            }
+            process.thread_total = Some(total);
+            Vec::new()
+        }
+        "item/agentMessage/delta" => {
+            let item = params["itemId"].as_str().unwrap_or_default().to_owned();
+            let delta = params["delta"].as_str().unwrap_or_default();
+            let mut steps = vec![Step::Received];
+            if turn.streamed.insert(item.clone()) {
+                if turn.shown_text {
+                    steps.push(Step::Emit(HarnessEvent::ContentDelta {
+                        text: "\n\n".into(),
+                    }));
+                }
+                turn.messages.push((item.clone(), String::new(), None));
+            }
+            if let Some((_, text, _)) = turn.messages.iter_mut().find(|(id, ..)| *id == item) {
+                text.push_str(delta);
+            }
+            if !delta.is_empty() {
+                turn.shown_text = true;
+                steps.push(Step::Emit(HarnessEvent::ContentDelta {
+                    text: delta.to_owned(),
+                }));
+            }
+            steps
+        }
+        "item/started" => match tool_call(&params["item"], false) {
+            Some(tool) => {
+                turn.open_tools.insert(tool.tool_call_id.clone());
+                vec![
+                    Step::Received,
+                    Step::Mirror(None),
+                    Step::Emit(HarnessEvent::ToolCallStarted { tool }),
+                ]
+            }
+            None => vec![Step::Received],
+        },
+        "item/completed" => item_completed(&params["item"], turn),
+        "error" => {
+            if params["willRetry"].as_bool() != Some(true) {
+                turn.error = Some(params["error"].clone());
+            }
+            Vec::new()
+        }
+        "turn/completed" => {
+            let turn_id = params["turn"]["id"].as_str();
+            if turn.turn_id.is_some() && turn_id != turn.turn_id.as_deref() {
+                return Vec::new();
+            }
+            vec![Step::Mirror(None), Step::End(params.clone())]
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn item_completed(item: &Value, turn: &mut CodexTurn) -> Vec<Step> {
+    let id = item["id"].as_str().unwrap_or_default().to_owned();
+    match item["type"].as_str() {
+        Some("agentMessage") => {
+            let text = item["text"].as_str().unwrap_or_default().to_owned();
+            let phase = item["phase"].as_str().map(str::to_owned);
+            let mut steps = vec![Step::Received];
+            if turn.streamed.contains(&id) {
+                if let Some(entry) = turn.messages.iter_mut().find(|(known, ..)| *known == id) {
+                    entry.1 = text;
+                    entry.2 = phase;
+                }
+            } else {
+                if turn.shown_text && !text.is_empty() {
+                    steps.push(Step::Emit(HarnessEvent::ContentDelta {
+                        text: "\n\n".into(),
+                    }));
+                }
+                if !text.is_empty() {
+                    turn.shown_text = true;
+                    steps.push(Step::Emit(HarnessEvent::ContentDelta {
+                        text: text.clone(),
+                    }));
+                }
+                turn.messages.push((id, text, phase));
+            }
+            steps.push(Step::Mirror(None));
+            steps
+        }
+        Some("contextCompaction") => {
+            turn.compacted = true;
+            vec![Step::Received, Step::Mirror(None)]
+        }
+        _ => match tool_call(item, true) {
+            Some(tool) => {
+                let mut steps = vec![Step::Received, Step::Mirror(None)];
+                // An item the app-server completes without starting is shown whole.
+                if !turn.open_tools.remove(&tool.tool_call_id) {
+                    steps.push(Step::Emit(HarnessEvent::ToolCallStarted {
+                        tool: started(&tool),
+                    }));
+                }
+                steps.push(Step::Emit(HarnessEvent::ToolCallCompleted { tool }));
+                steps
+            }
+            None => vec![Step::Received, Step::Mirror(None)],
+        },
+    }
+}
+
+fn started(tool: &ToolCall) -> ToolCall {
+    ToolCall {
+        result: None,
+        tool_call_error: false,
+        ..tool.clone()
+    }
+}
+
+/// A tool item as agno's CodexAgent shows it: `shell`, `mcp__<server>__<tool>`,
+/// `apply_patch`, `web_search`; a failed one (non-zero exit, declined, MCP error) with
+/// `tool_call_error` and its output ending `[exit code N]`.
+fn tool_call(item: &Value, completed: bool) -> Option<ToolCall> {
+    let id = item["id"].as_str()?.to_owned();
+    let status = item["status"].as_str().unwrap_or_default();
+    let failed = matches!(status, "failed" | "declined");
+    let (name, args, result) = match item["type"].as_str()? {
+        "commandExecution" => {
+            let output = item["aggregatedOutput"].as_str().unwrap_or_default();
+            let exit = item["exitCode"].as_i64();
+            let result = match exit {
+                Some(code) if code != 0 => format!("{output}\n[exit code {code}]"),
+                _ if failed && output.is_empty() => format!("command {status}"),
+                _ => output.to_owned(),
+            };
+            (
+                "shell".to_owned(),
+                json!({"command": item["command"], "cwd": item["cwd"]}),
+                result,
+            )
+        }
+        "mcpToolCall" => {
+            let text: Vec<&str> = item["result"]["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|part| part["text"].as_str())
+                .collect();
+            let result = match item["error"]["message"].as_str() {
+                Some(message) => format!("error: {message}"),
+                None => text.join("\n"),
+            };
+            (
+                format!(
+                    "mcp__{}__{}",
+                    item["server"].as_str().unwrap_or_default(),
+                    item["tool"].as_str().unwrap_or_default()
+                ),
+                item["arguments"].clone(),
+                result,
+            )
+        }
+        "fileChange" => {
+            let changes: Vec<Value> = item["changes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|change| json!({"path": change["path"], "kind": change["kind"]["type"]}))
+                .collect();
+            (
+                "apply_patch".to_owned(),
+                json!({"changes": changes}),
+                status.to_owned(),
+            )
+        }
+        "webSearch" => (
+            "web_search".to_owned(),
+            json!({"query": item["query"]}),
+            String::new(),
+        ),
+        "dynamicToolCall" => (
+            item["tool"].as_str().unwrap_or("tool").to_owned(),
+            item["arguments"].clone(),
+            String::new(),
+        ),
+        _ => return None,
+    };
+    Some(ToolCall {
+        tool_call_id: id,
+        tool_name: name,
+        tool_args: if args.is_null() {
+            "{}".to_owned()
+        } else {
+            args.to_string()
+        },
+        result: completed.then_some(result),
+        tool_call_error: completed && failed,
+        parent_tool_call_id: None,
+    })
+}
