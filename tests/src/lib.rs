@@ -5,6 +5,7 @@
 //! sled on a temporary directory.
 
 pub mod claude;
+pub mod codex;
 pub mod fake_anthropic;
 pub mod fake_openai;
 

@@ -155,6 +155,13 @@ pub trait Dialect: Send + Sync + 'static {
     /// another session's lines).
     fn restore_line(&self, line: &str, harness_session_id: &str) -> String;
 
+    /// The file written back before a cold start: every journaled line restored, in
+    /// order (a dialect may leave out what the CLI must not see again, such as a
+    /// failed turn that is being retried).
+    fn restore(&self, transcript: &[String], harness_session_id: &str) -> String {
+        restored_text(self, transcript, harness_session_id)
+    }
+
     /// The command that starts a process for `launch` (arguments and the dialect's
     /// environment; the core adds the cwd, the configured environment and the pipes).
     fn command(&self, launch: &Launch<'_>) -> Result<tokio::process::Command, HarnessError>;
@@ -315,7 +322,7 @@ impl<D: Dialect> CliHarness<D> {
             ),
         };
         let text = if resume {
-            restored_text(&*self.dialect, &lines, &harness_session_id)
+            self.dialect.restore(&lines, &harness_session_id)
         } else {
             String::new()
         };

@@ -106,7 +106,7 @@ pub(crate) async fn mirror<D: Dialect>(
 
 /// The transcript file's text for a resumed harness session: the journal's lines as
 /// the dialect restores them into that session, one per line.
-pub(crate) fn restored_text<D: Dialect>(
+pub(crate) fn restored_text<D: Dialect + ?Sized>(
     dialect: &D,
     transcript: &[String],
     harness_session_id: &str,

@@ -157,6 +157,38 @@ impl Codex {
     }
 }
 
+/// The rollout less its failed turns (`task_started` to a `task_complete` that
+/// carries an error): a legacy thread's equivalent of `thread/revert`, so a retried
+/// prompt reaches the model once. Interrupted and unfinished turns stay.
+fn rollout_without_failed_turns(lines: &[String]) -> impl Iterator<Item = &String> {
+    let mut keep = vec![true; lines.len()];
+    let mut turn_start = None;
+    for (at, line) in lines.iter().enumerate() {
+        if !line.contains("\"event_msg\"") {
+            continue;
+        }
+        let Ok(value) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        match value["payload"]["type"].as_str() {
+            Some("task_started") => turn_start = Some(at),
+            Some("task_complete") => {
+                if let Some(start) = turn_start.take()
+                    && value["payload"]["error"].is_object()
+                {
+                    keep[start..=at].iter_mut().for_each(|kept| *kept = false);
+                }
+            }
+            Some("turn_aborted") => turn_start = None,
+            _ => {}
+        }
+    }
+    lines
+        .iter()
+        .zip(keep)
+        .filter_map(|(line, kept)| kept.then_some(line))
+}
+
 impl Dialect for Codex {
     type Turn = protocol::CodexTurn;
 
@@ -209,6 +241,12 @@ impl Dialect for Codex {
                 )),
             None => sessions.join(format!("rollout-{harness_session_id}.jsonl")),
         }
+    }
+
+    fn restore(&self, transcript: &[String], harness_session_id: &str) -> String {
+        rollout_without_failed_turns(transcript)
+            .map(|line| self.restore_line(line, harness_session_id) + "\n")
+            .collect()
     }
 
     fn line_identity(&self, _line: &str) -> Option<String> {

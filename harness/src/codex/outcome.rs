@@ -175,6 +175,10 @@ pub(crate) fn classify(info: &Value, message: &str) -> ErrorKind {
         | "inferenceHookDenied"
         | "tooManyDenials" => ErrorKind::Policy,
         _ if message.contains("Quota exceeded") => ErrorKind::Billing,
+        // A 400 without a code arrives as `other` with the provider's JSON body.
+        _ if message.starts_with("{\"error\"") && message.contains("invalid_request_error") => {
+            ErrorKind::InvalidRequest
+        }
         _ => ErrorKind::Transient,
     }
 }

@@ -1,0 +1,496 @@
+//! The Codex harness end to end (issue 15): the real `codex` CLI (app-server), driven by
+//! the real `turnstile` binary on loopback, against the fake Responses API of
+//! `tests/src/fake_openai.rs`. Each test scripts the model in its prompts.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use turnstile_tests::claude::processes_running;
+use turnstile_tests::codex::{codex_bin, codex_config};
+use turnstile_tests::fake_openai::FakeOpenAi;
+use turnstile_tests::{
+    Server, event_types, get_json, http_client as client, parse_sse, post_form_json, turnstile_ok,
+    wait_until_passivated,
+};
+
+async fn run(server: &Server, session: &str, message: &str) -> Value {
+    let form = [
+        ("message", message),
+        ("session_id", session),
+        ("stream", "false"),
+    ];
+    post_form_json(server, "/agents/codex/runs", &form).await
+}
+
+/// What the model was sent with the prompt holding `marker`: user messages, answers
+/// and tool outputs, one a line.
+fn seen_by_model(fake: &FakeOpenAi, marker: &str) -> String {
+    let request = fake.last_request_with(marker);
+    let mut seen = request.user_texts();
+    seen.extend(request.assistant_texts());
+    seen.extend(request.tool_outputs());
+    seen.join("\n")
+}
+
+#[tokio::test]
+async fn a_turn_streams_text_tool_calls_and_exact_metrics() {
+    let Some(bin) = codex_bin() else { return };
+    let fake = FakeOpenAi::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = codex_config(dir.path(), &bin, &fake, "", "");
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let body = client()
+        .post(server.url("/agents/codex/runs"))
+        .form(&[
+            (
+                "message",
+                "work\n@bash echo hello-codex-tool\n@bash sh -c 'echo oops; exit 3'\n@two all done",
+            ),
+            ("session_id", "tools"),
+            ("stream", "true"),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let frames = parse_sse(&body);
+    let types = event_types(&frames);
+    assert_eq!(types.first(), Some(&"RunStarted"), "{types:?}");
+    assert_eq!(types.last(), Some(&"RunCompleted"), "{body}");
+    let tools: Vec<&Value> = frames
+        .iter()
+        .filter(|frame| frame.event == "ToolCallCompleted")
+        .map(|frame| &frame.data["tool"])
+        .collect();
+    assert_eq!(tools.len(), 2, "{body}");
+    assert_eq!(tools[0]["tool_name"], "shell");
+    assert!(
+        tools[0]["tool_args"]["command"]
+            .as_str()
+            .unwrap()
+            .contains("echo hello-codex-tool"),
+        "{}",
+        tools[0]
+    );
+    assert_eq!(tools[0]["result"], "hello-codex-tool\n");
+    assert_eq!(tools[0]["tool_call_error"], false);
+    assert_eq!(tools[1]["tool_call_error"], true);
+    assert!(
+        tools[1]["result"]
+            .as_str()
+            .unwrap()
+            .ends_with("\n[exit code 3]"),
+        "{}",
+        tools[1]
+    );
+    // Two messages read as one text with a blank line between them; the answer is
+    // the last message.
+    let streamed: String = frames
+        .iter()
+        .filter(|frame| frame.event == "RunContent")
+        .map(|frame| frame.data["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(streamed, "First part.\n\nall done");
+    let completed = &frames.last().unwrap().data;
+    assert_eq!(completed["content"], "all done");
+    // Usage: every model request of the turn, summed (the fake's usage is exact).
+    let requests = fake.requests_with("@two all done");
+    assert_eq!(
+        requests.len(),
+        3,
+        "one request per tool call and one for the answer"
+    );
+    let input: u64 = requests.iter().map(|r| r.usage().0).sum();
+    let cached: u64 = requests.iter().map(|r| r.usage().1).sum();
+    let metrics = &completed["metrics"];
+    assert_eq!(metrics["input_tokens"], input - cached, "{metrics}");
+    assert_eq!(metrics["cache_read_tokens"], cached, "{metrics}");
+    assert_eq!(metrics["output_tokens"], 21, "{metrics}");
+    let models = metrics["details"]["model"].as_array().unwrap();
+    assert_eq!(models.len(), 1, "{metrics}");
+    assert_eq!(models[0]["id"], "gpt-test");
+    assert_eq!(models[0]["provider"], "openai");
+    assert!(metrics["cost"].is_null(), "{metrics}");
+    // Offline: every request the CLI made reached the fake, with the configured key.
+    for request in fake.requests() {
+        assert_eq!(request.path, "/v1/responses");
+        assert_eq!(request.headers["authorization"], "Bearer test-key");
+    }
+    // The agent and session say it is Codex.
+    let agent = get_json(&server, "/agents/codex").await;
+    assert_eq!(agent["metadata"]["sdk"], "codex");
+    assert_eq!(agent["model"]["provider"], "openai");
+    server.terminate();
+}
+
+#[tokio::test]
+async fn a_thread_resumes_after_restart_passivation_and_on_another_server() {
+    let Some(bin) = codex_bin() else { return };
+    let fake = FakeOpenAi::start();
+    let dir = tempfile::tempdir().unwrap();
+    // No warm processes: every turn starts the CLI from the journal's rollout.
+    let config = codex_config(
+        dir.path(),
+        &bin,
+        &fake,
+        "session_idle_s = 1",
+        "warm_processes = 0",
+    );
+    let config = config.to_str().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start_with(&data, &["--config", config]);
+    let first = run(
+        &server,
+        "s",
+        "The secret is KIWI-42.\n@bash echo tool-said-MANGO\n@reply noted",
+    )
+    .await;
+    assert_eq!(first["status"], "COMPLETED", "{first}");
+    let thread = get_json(&server, "/sessions/s").await["metadata"]["harness_session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    server.terminate();
+
+    // The CLI's own files are disposable: the journal alone restores the thread.
+    std::fs::remove_dir_all(data.join("harness")).unwrap();
+    let server = Server::start_with(&data, &["--config", config]);
+    let second = run(&server, "s", "after restart\n@reply second answer").await;
+    assert_eq!(second["status"], "COMPLETED", "{second}");
+    let seen = seen_by_model(&fake, "after restart");
+    for earlier in ["KIWI-42", "tool-said-MANGO", "noted"] {
+        assert!(
+            seen.contains(earlier),
+            "the model did not see {earlier:?}: {seen}"
+        );
+    }
+    let request = fake.last_request_with("after restart");
+    assert_eq!(
+        request.headers["thread-id"], thread,
+        "the same thread resumed"
+    );
+    // The turn's usage is its own request's, not the thread's total.
+    assert_eq!(
+        second["metrics"]["input_tokens"],
+        request.usage().0 - request.usage().1,
+        "{second}"
+    );
+
+    // After passivation (idle 1 s; actors check every 5 s) the next turn resumes too.
+    wait_until_passivated(&server, 1).await;
+    let third = run(&server, "s", "after passivation\n@reply third answer").await;
+    assert_eq!(third["status"], "COMPLETED", "{third}");
+    let seen = seen_by_model(&fake, "after passivation");
+    assert!(
+        seen.contains("KIWI-42") && seen.contains("second answer"),
+        "{seen}"
+    );
+    server.terminate();
+
+    // A second machine: a copy made with export and import, no CLI files at all.
+    let export = dir.path().join("journal.jsonl");
+    turnstile_ok(&[
+        "journal",
+        "export",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--out",
+        export.to_str().unwrap(),
+    ]);
+    let other = dir.path().join("other");
+    turnstile_ok(&[
+        "journal",
+        "import",
+        "--in",
+        export.to_str().unwrap(),
+        "--data-dir",
+        other.to_str().unwrap(),
+    ]);
+    let server = Server::start_with(&other, &["--config", config]);
+    let fourth = run(&server, "s", "on the other server\n@reply fourth answer").await;
+    assert_eq!(fourth["status"], "COMPLETED", "{fourth}");
+    let seen = seen_by_model(&fake, "on the other server");
+    for earlier in [
+        "KIWI-42",
+        "tool-said-MANGO",
+        "second answer",
+        "third answer",
+    ] {
+        assert!(
+            seen.contains(earlier),
+            "the model did not see {earlier:?}: {seen}"
+        );
+    }
+    assert_eq!(
+        fake.last_request_with("on the other server").headers["thread-id"],
+        thread
+    );
+    server.terminate();
+}
+
+/// A journal whose Codex thread has a rollout the CLI cannot resume.
+async fn leave_an_unresumable_thread(data: &Path) -> String {
+    use turnstile_journal::{Event, Expected, Journal, JournalOptions, RunId, SessionId};
+    let journal = Journal::open(data, JournalOptions::default()).unwrap();
+    let run_id = RunId::new_v7();
+    let thread = uuid::Uuid::now_v7().to_string();
+    // Its only turn failed before the thread was written: restored without the failed
+    // turn, the rollout is gone, and the CLI says so.
+    let lines = [
+        json!({"timestamp": "2026-11-30T10:00:00.000Z", "type": "event_msg",
+            "payload": {"type": "task_started", "turn_id": "t"}}),
+        json!({"timestamp": "2026-11-30T10:00:01.000Z", "type": "event_msg",
+            "payload": {"type": "task_complete", "turn_id": "t", "last_agent_message": null,
+                        "error": {"message": "overloaded", "codex_error_info": "server_overloaded"}}}),
+    ];
+    let events = vec![
+        Event::SessionCreated {
+            agent_id: "codex".into(),
+            user_id: None,
+        },
+        Event::RunQueued {
+            run_id: run_id.clone(),
+            agent_id: "codex".into(),
+            user_id: None,
+            input: "The secret is LIME-7.".into(),
+            options: "{}".into(),
+        },
+        Event::RunStarted {
+            run_id: run_id.clone(),
+            model: "gpt-test".into(),
+            model_provider: "openai".into(),
+        },
+        Event::AttemptStarted {
+            run_id: run_id.clone(),
+            attempt: 1,
+            harness_session_id: thread.clone(),
+        },
+        Event::TranscriptLineAppended {
+            run_id: run_id.clone(),
+            harness_session_id: thread.clone(),
+            line: lines[0].to_string(),
+        },
+        Event::TranscriptLineAppended {
+            run_id: run_id.clone(),
+            harness_session_id: thread.clone(),
+            line: lines[1].to_string(),
+        },
+        Event::RunCompleted {
+            run_id,
+            content: "Noted the secret.".into(),
+            content_type: "str".into(),
+            metrics: "{}".into(),
+        },
+    ];
+    journal
+        .append(&SessionId::parse("lost").unwrap(), Expected::Any, events)
+        .await
+        .unwrap()
+        .unwrap();
+    journal.close().unwrap();
+    thread
+}
+
+#[tokio::test]
+async fn an_unresumable_thread_falls_back_to_a_fresh_one_seeded_with_the_history() {
+    let Some(bin) = codex_bin() else { return };
+    let fake = FakeOpenAi::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = codex_config(dir.path(), &bin, &fake, "", "");
+    let data = dir.path().join("data");
+    let lost = leave_an_unresumable_thread(&data).await;
+    let server = Server::start_with(&data, &["--config", config.to_str().unwrap()]);
+    let answer = run(
+        &server,
+        "lost",
+        "what was it? FALLBACK-MARK\n@reply it was lime",
+    )
+    .await;
+    assert_eq!(answer["status"], "COMPLETED", "{answer}");
+    assert_eq!(answer["content"], "it was lime");
+    let warnings = answer["metadata"]["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{answer}");
+    assert_eq!(warnings[0]["type"], "session_fallback");
+    // The fresh thread was seeded with the history, the current message last.
+    let prompt = fake.last_request_with("FALLBACK-MARK").prompt_text();
+    assert!(
+        prompt.contains("LIME-7") && prompt.contains("Noted the secret."),
+        "{prompt}"
+    );
+    let session = get_json(&server, "/sessions/lost").await;
+    let thread = session["metadata"]["harness_session_id"].as_str().unwrap();
+    assert_ne!(thread, lost, "a new thread");
+    server.terminate();
+}
+
+#[tokio::test]
+async fn cancel_interrupts_the_turn_and_leaves_no_command_running() {
+    let Some(bin) = codex_bin() else { return };
+    let fake = FakeOpenAi::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = codex_config(dir.path(), &bin, &fake, "", "");
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let accepted = post_form_json(
+        &server,
+        "/agents/codex/runs",
+        &[
+            ("message", "long one\n@bash sleep 41.5"),
+            ("session_id", "c"),
+            ("stream", "false"),
+            ("background", "true"),
+        ],
+    )
+    .await;
+    let run_id = accepted["run_id"].as_str().unwrap().to_owned();
+    let started = Instant::now();
+    while processes_running("sleep 41.5") == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the command never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A second turn while it runs: the app-server would merge it; turnstile refuses it.
+    let busy = client()
+        .post(server.url("/agents/codex/runs"))
+        .form(&[
+            ("message", "me too"),
+            ("session_id", "c"),
+            ("stream", "false"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(busy.status(), 409);
+    let busy: Value = busy.json().await.unwrap();
+    assert_eq!(busy["run_id"], run_id.as_str());
+    post_form_json(&server, &format!("/agents/codex/runs/{run_id}/cancel"), &[]).await;
+    let cancelled_at = Instant::now();
+    loop {
+        let run = get_json(&server, &format!("/agents/codex/runs/{run_id}")).await;
+        if run["status"] == "CANCELLED" {
+            break;
+        }
+        assert!(cancelled_at.elapsed() < Duration::from_secs(10), "{run}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        processes_running("sleep 41.5"),
+        0,
+        "the command outlived the cancel"
+    );
+    // The thread goes on.
+    let next = run(&server, "c", "after the cancel\n@history").await;
+    assert_eq!(next["status"], "COMPLETED", "{next}");
+    assert!(
+        next["content"].as_str().unwrap().contains("user: long one"),
+        "{next}"
+    );
+    server.terminate();
+}
+
+#[tokio::test]
+async fn permanent_errors_fail_at_once_and_transient_ones_retry_on_the_same_thread() {
+    let Some(bin) = codex_bin() else { return };
+    let fake = FakeOpenAi::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = codex_config(
+        dir.path(),
+        &bin,
+        &fake,
+        "",
+        "retries = 2\ndelay_between_retries_s = 0",
+    );
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    for (directive, class) in [
+        ("@error 401", "authentication"),
+        ("@error quota", "billing"),
+        ("@error context", "context_window"),
+        ("@error 400", "invalid_request"),
+    ] {
+        let before = fake.requests().len();
+        let failed = run(
+            &server,
+            &format!("p-{class}"),
+            &format!("fail\n{directive}"),
+        )
+        .await;
+        assert_eq!(failed["status"], "ERROR", "{failed}");
+        assert_eq!(failed["metadata"]["error_type"], class, "{failed}");
+        assert_eq!(failed["metadata"]["retryable"], false, "{failed}");
+        assert_eq!(fake.requests().len() - before, 1, "{class}: not retried");
+    }
+    // A transient failure (500, then 429) is retried on the same thread, and the failed
+    // prompt is not sent twice.
+    let first = run(&server, "t", "earlier turn\n@reply ok").await;
+    assert_eq!(first["status"], "COMPLETED", "{first}");
+    let retried = run(&server, "t", "RETRY-MARK flaky\n@error 500 x1\n@history").await;
+    assert_eq!(retried["status"], "COMPLETED", "{retried}");
+    assert_eq!(retried["metadata"]["attempts"], 2, "{retried}");
+    let history = retried["content"].as_str().unwrap();
+    assert_eq!(history.matches("RETRY-MARK").count(), 1, "{history}");
+    assert!(history.contains("user: earlier turn"), "{history}");
+    let threads: Vec<&String> = fake
+        .requests_with("RETRY-MARK")
+        .iter()
+        .map(|r| r.headers.get("thread-id").unwrap())
+        .cloned()
+        .collect::<Vec<_>>()
+        .leak()
+        .iter()
+        .collect();
+    assert_eq!(threads.len(), 2);
+    assert_eq!(threads[0], threads[1], "the retry runs on the same thread");
+    server.terminate();
+}
+
+#[tokio::test]
+async fn structured_output_reaches_the_model_and_comes_back_parsed() {
+    let Some(bin) = codex_bin() else { return };
+    let fake = FakeOpenAi::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = codex_config(dir.path(), &bin, &fake, "", "");
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let schema = json!({"type": "object", "title": "Fruit",
+        "properties": {"name": {"type": "string"}}, "required": ["name"], "additionalProperties": false});
+    let answer = post_form_json(
+        &server,
+        "/agents/codex/runs",
+        &[
+            ("message", "name a fruit\n@json {\"name\": \"kiwi\"}"),
+            ("session_id", "j"),
+            ("stream", "false"),
+            ("output_schema", &schema.to_string()),
+        ],
+    )
+    .await;
+    assert_eq!(answer["status"], "COMPLETED", "{answer}");
+    assert_eq!(answer["content"], json!({"name": "kiwi"}));
+    assert_eq!(answer["content_type"], "Fruit");
+    let request = fake.last_request_with("name a fruit");
+    assert_eq!(
+        request.body["text"]["format"]["type"], "json_schema",
+        "{}",
+        request.body["text"]
+    );
+    assert_eq!(
+        request.body["text"]["format"]["schema"]["properties"]["name"]["type"],
+        "string"
+    );
+    server.terminate();
+}
