@@ -494,3 +494,155 @@ async fn structured_output_reaches_the_model_and_comes_back_parsed() {
     );
     server.terminate();
 }
+
+#[tokio::test]
+async fn continuing_from_a_tool_checkpoint_forks_the_thread() {
+    let Some(bin) = codex_bin() else { return };
+    let fake = FakeOpenAi::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = codex_config(dir.path(), &bin, &fake, "", "");
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let source = run(
+        &server,
+        "s",
+        "two steps\n@bash echo step-ONE\n@bash echo step-TWO\n@reply both done",
+    )
+    .await;
+    assert_eq!(source["status"], "COMPLETED", "{source}");
+    let later = run(&server, "s", "a later turn LATER-MARK\n@reply later").await;
+    assert_eq!(later["status"], "COMPLETED", "{later}");
+    let run_id = source["run_id"].as_str().unwrap();
+    let checkpoints = get_json(
+        &server,
+        &format!("/agents/codex/runs/{run_id}/checkpoints?session_id=s"),
+    )
+    .await;
+    let first = &checkpoints["checkpoints"][0];
+    assert_eq!(first["reason"], "checkpoint", "{checkpoints}");
+    let index = first["message_index"].to_string();
+    let continued = post_form_json(
+        &server,
+        &format!("/agents/codex/runs/{run_id}/continue"),
+        &[
+            ("continue_from", index.as_str()),
+            ("input", "go on from there FORK-MARK\n@reply forked answer"),
+            ("stream", "false"),
+            ("session_id", "s"),
+        ],
+    )
+    .await;
+    assert_eq!(continued["status"], "COMPLETED", "{continued}");
+    assert_eq!(continued["content"], "forked answer");
+    assert_eq!(continued["forked_from_run_id"], run_id);
+    let request = fake.last_request_with("FORK-MARK");
+    let outputs = request.tool_outputs().join("\n");
+    assert!(outputs.contains("step-ONE"), "{outputs}");
+    assert!(
+        !outputs.contains("step-TWO"),
+        "the fork keeps the first tool only: {outputs}"
+    );
+    let seen = seen_by_model(&fake, "FORK-MARK");
+    assert!(!seen.contains("LATER-MARK"), "{seen}");
+    let source_thread = fake.last_request_with("LATER-MARK").headers["thread-id"].clone();
+    assert_ne!(request.headers["thread-id"], source_thread, "a new thread");
+    // The source is untouched, and the next turn follows the newest branch: the fork.
+    let again = get_json(
+        &server,
+        &format!("/agents/codex/runs/{run_id}?session_id=s"),
+    )
+    .await;
+    assert_eq!(again["content"], "both done");
+    assert_eq!(again["tools"].as_array().unwrap().len(), 2);
+    let next = run(&server, "s", "next NEXT-MARK\n@reply next").await;
+    assert_eq!(next["status"], "COMPLETED", "{next}");
+    let seen = seen_by_model(&fake, "NEXT-MARK");
+    assert!(
+        seen.contains("FORK-MARK") && !seen.contains("LATER-MARK"),
+        "{seen}"
+    );
+    server.terminate();
+}
+
+#[tokio::test]
+async fn compaction_goes_through_the_app_server_and_survives_a_restart() {
+    let Some(bin) = codex_bin() else { return };
+    let fake = FakeOpenAi::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = codex_config(dir.path(), &bin, &fake, "", "");
+    let config = config.to_str().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start_with(&data, &["--config", config]);
+    for (i, marker) in ["OLD-ONE", "OLD-TWO"].iter().enumerate() {
+        let answer = run(
+            &server,
+            "s",
+            &format!("turn {i} {marker}\n@reply answer {i}"),
+        )
+        .await;
+        assert_eq!(answer["status"], "COMPLETED", "{answer}");
+    }
+    let compacted: Value = client()
+        .post(server.url("/agents/codex/sessions/s/compact"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(compacted["compacted"], true, "{compacted}");
+    assert_eq!(compacted["status"], "compacted");
+    assert!(
+        fake.requests()
+            .iter()
+            .any(|r| r.prompt_text().contains("CONTEXT CHECKPOINT COMPACTION")),
+        "the model was asked to summarise"
+    );
+    server.terminate();
+
+    std::fs::remove_dir_all(data.join("harness")).unwrap();
+    let server = Server::start_with(&data, &["--config", config]);
+    let after = run(&server, "s", "after compaction AFTER-MARK\n@reply fine").await;
+    assert_eq!(after["status"], "COMPLETED", "{after}");
+    let seen = seen_by_model(&fake, "AFTER-MARK");
+    assert!(seen.contains("FAKE-SUMMARY"), "{seen}");
+    // Codex keeps the user's messages and replaces the answers with the summary.
+    let answers = fake.last_request_with("AFTER-MARK").assistant_texts();
+    assert!(
+        !answers.iter().any(|text| text.contains("answer 0")),
+        "the compacted answers are still sent: {answers:?}"
+    );
+    server.terminate();
+}
+
+#[tokio::test]
+async fn an_image_reaches_the_model_as_an_image() {
+    let Some(bin) = codex_bin() else { return };
+    let fake = FakeOpenAi::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = codex_config(dir.path(), &bin, &fake, "", "");
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    // A 1x1 PNG.
+    let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+    let images = json!([{"content": png, "mime_type": "image/png", "format": "png", "id": "red"}]);
+    let answer = post_form_json(
+        &server,
+        "/agents/codex/runs",
+        &[
+            ("message", "what is in the picture IMAGE-MARK\n@reply a dot"),
+            ("session_id", "img"),
+            ("stream", "false"),
+            ("images", &images.to_string()),
+        ],
+    )
+    .await;
+    assert_eq!(answer["status"], "COMPLETED", "{answer}");
+    let request = fake.last_request_with("IMAGE-MARK");
+    assert_eq!(request.images(), 1, "{}", request.body["input"]);
+    server.terminate();
+}

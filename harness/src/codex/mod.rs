@@ -249,9 +249,21 @@ impl Dialect for Codex {
             .collect()
     }
 
-    fn line_identity(&self, _line: &str) -> Option<String> {
-        // Rollout lines are only ever appended: a line's identity is its position.
-        None
+    fn line_identity(&self, line: &str) -> Option<String> {
+        // Rollout lines are only ever appended, so a line is known by its position;
+        // a tool's output is named by its call, for the core to wait for it (a
+        // checkpoint is cut after the output).
+        if !line.contains("_call_output\"") {
+            return None;
+        }
+        let value: Value = serde_json::from_str(line).ok()?;
+        let payload = &value["payload"];
+        matches!(
+            payload["type"].as_str(),
+            Some("function_call_output" | "custom_tool_call_output")
+        )
+        .then(|| payload["call_id"].as_str().map(|id| format!("output:{id}")))
+        .flatten()
     }
 
     fn restore_line(&self, line: &str, harness_session_id: &str) -> String {
@@ -316,9 +328,9 @@ impl Dialect for Codex {
         line: &str,
         turn: &mut protocol::CodexTurn,
         process: &mut protocol::CodexProcess,
-        _context: LineContext<'_>,
+        context: LineContext<'_>,
     ) -> Vec<Step> {
-        protocol::on_line(self, line, turn, process)
+        protocol::on_line(self, line, turn, process, context)
     }
 
     fn interrupt(&self, turn: &protocol::CodexTurn) -> Option<String> {

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::Codex;
 use super::outcome::Tokens;
-use crate::cli::{Step, TurnStart};
+use crate::cli::{LineContext, Step, TurnStart};
 use crate::{HarnessEvent, ToolCall, TurnRequest};
 
 /// The message a compaction is asked with; the dialect sends `thread/compact/start`
@@ -197,6 +197,7 @@ pub(crate) fn on_line(
     line: &str,
     turn: &mut CodexTurn,
     process: &mut CodexProcess,
+    context: LineContext<'_>,
 ) -> Vec<Step> {
     let Ok(message) = serde_json::from_str::<Value>(line) else {
         return Vec::new();
@@ -205,9 +206,58 @@ pub(crate) fn on_line(
     match (method, message.get("id")) {
         (None, Some(id)) => answer(codex, id, &message, turn, process),
         (Some(method), Some(id)) => vec![Step::Send(server_request(method, id))],
+        (Some("turn/completed"), None) if turn.compacted => {
+            // The compaction's record is the rollout's `compacted` line, mirrored when
+            // its item completed.
+            let mut steps = vec![Step::Mirror(None)];
+            if let Some(event) = compaction(context) {
+                steps.push(Step::Emit(event));
+            }
+            steps.extend(notification(
+                "turn/completed",
+                &message["params"],
+                turn,
+                process,
+            ));
+            steps
+        }
         (Some(method), None) => notification(method, &message["params"], turn, process),
         (None, None) => Vec::new(),
     }
+}
+
+/// The compaction a turn made: the summary the model wrote, and how many messages
+/// of the thread it replaced.
+fn compaction(context: LineContext<'_>) -> Option<HarnessEvent> {
+    let parsed = |line: &String| serde_json::from_str::<Value>(line).ok();
+    let at = context
+        .mirrored
+        .iter()
+        .rposition(|line| line.contains("\"compacted\""))?;
+    let record = parsed(&context.mirrored[at])?;
+    let summary = record["payload"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let is_message = |value: &Value| {
+        value["type"] == "response_item"
+            && value["payload"]["type"] == "message"
+            && matches!(
+                value["payload"]["role"].as_str(),
+                Some("user" | "assistant")
+            )
+    };
+    let earlier = context.transcript.lines().unwrap_or_default();
+    let replaced = earlier
+        .iter()
+        .chain(&context.mirrored[..at])
+        .filter_map(parsed)
+        .filter(is_message)
+        .count();
+    Some(HarnessEvent::Compacted {
+        summary,
+        replaced_messages: u32::try_from(replaced).unwrap_or(u32::MAX),
+    })
 }
 
 /// What the app-server asks of us: approvals are declined (the configured policy
@@ -408,7 +458,11 @@ fn item_completed(item: &Value, turn: &mut CodexTurn) -> Vec<Step> {
         }
         _ => match tool_call(item, true) {
             Some(tool) => {
-                let mut steps = vec![Step::Received, Step::Mirror(None)];
+                // The output line first: a checkpoint at this tool is cut after it.
+                // (A web search is shown only: the model server ran it, nothing here.)
+                let output = (tool.tool_name != "web_search")
+                    .then(|| format!("output:{}", tool.tool_call_id));
+                let mut steps = vec![Step::Received, Step::Mirror(output)];
                 // An item the app-server completes without starting is shown whole.
                 if !turn.open_tools.remove(&tool.tool_call_id) {
                     steps.push(Step::Emit(HarnessEvent::ToolCallStarted {
