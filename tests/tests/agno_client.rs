@@ -1,7 +1,8 @@
 //! Compatibility with a client no one here wrote: agno 3.1.10's own `AgentOSClient`
 //! drives the real `turnstile serve` (`tests/agno/compat.py`): agents, runs
 //! (non-streamed and streamed, events parsed into agno's types), continue, cancel, a
-//! background run, sessions, a session, its runs, and metrics.
+//! background run, sessions, a session, its runs, and metrics; and the same client
+//! driving an agent on the real codex CLI (`tests/agno/codex.py`).
 //!
 //! Needs Python with `tests/agno/requirements.txt` installed: the README's test command
 //! puts it in `target/agno-venv` (else `TURNSTILE_PYTHON`, else `python3`); without it
@@ -11,10 +12,12 @@ use std::path::Path;
 use std::process::Command;
 
 use turnstile_tests::Server;
+use turnstile_tests::codex::{codex_bin, codex_config};
+use turnstile_tests::fake_openai::FakeOpenAi;
 
-#[test]
-fn agnos_own_client_parses_every_answer() {
-    // The README's test command installs agno into `target/agno-venv`.
+/// The interpreter with agno's client: the README's test command installs it into
+/// `target/agno-venv` (else `TURNSTILE_PYTHON`, else `python3`).
+fn python_with_agno() -> String {
     let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/agno-venv/bin/python");
     let python = std::env::var("TURNSTILE_PYTHON").unwrap_or_else(|_| {
         if venv.exists() {
@@ -32,9 +35,15 @@ fn agnos_own_client_parses_every_answer() {
         "agno's client is not installed for {python}: pip install -r tests/agno/requirements.txt ({:?})",
         probe.map(|output| String::from_utf8_lossy(&output.stderr).into_owned())
     );
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("agno/compat.py");
+    python
+}
+
+/// Runs `tests/agno/<script>` against `server`; it prints `expected` when all is well.
+fn drive(script: &str, server: &Server, expected: &str) {
+    let python = python_with_agno();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("agno")
+        .join(script);
     let output = Command::new(&python)
         .arg(&script)
         .arg(&server.base)
@@ -46,5 +55,27 @@ fn agnos_own_client_parses_every_answer() {
         output.status.success(),
         "agno's client failed:\n{stdout}\n{stderr}"
     );
-    assert!(stdout.contains("all calls parsed"), "{stdout}");
+    assert!(stdout.contains(expected), "{stdout}");
+}
+
+#[test]
+fn agnos_own_client_parses_every_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    drive("compat.py", &server, "all calls parsed");
+}
+
+/// The same client drives an agent on the real codex CLI (issue 15): run, stream,
+/// continue, cancel and sessions.
+#[test]
+fn agnos_own_client_drives_a_codex_agent_15() {
+    let Some(bin) = codex_bin() else { return };
+    let fake = FakeOpenAi::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = codex_config(dir.path(), &bin, &fake, "", "");
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    drive("codex.py", &server, "all calls parsed");
 }

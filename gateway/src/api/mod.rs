@@ -100,6 +100,10 @@ pub fn router(state: AppState) -> Router {
             "/sessions/{session_id}/runs",
             get(sessions::get_session_runs),
         )
+        .route(
+            "/sessions/{session_id}/runs/{run_id}",
+            get(sessions::get_session_run),
+        )
         .route("/journal/export", get(export::export))
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)

@@ -34,6 +34,7 @@ use crate::api::error::ErrorBody;
         super::sessions::get_session,
         super::sessions::delete_session,
         super::sessions::get_session_runs,
+        super::sessions::get_session_run,
         super::metrics::daily,
         super::metrics::prometheus,
         super::export::export,

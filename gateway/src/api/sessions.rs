@@ -142,6 +142,27 @@ pub(super) async fn list_sessions(
 }
 
 #[utoipa::path(
+    get, path = "/sessions/{session_id}/runs/{run_id}", tag = "sessions", summary = "One run of a session (agno's get_session_run)",
+    params(("session_id" = String, Path, description = "A session's id"), ("run_id" = String, Path, description = "A run's id")),
+    responses((status = 200, description = "The run", body = RunOutput), (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 404, description = "No such session, or no such run in it", body = ErrorBody))
+)]
+pub(super) async fn get_session_run(
+    State(state): State<AppState>,
+    Path((session_id, run_id)): Path<(String, String)>,
+) -> Result<Json<dto::RunOutput>, ApiError> {
+    let session = find_session(&state, &session_id)?;
+    let not_found =
+        || ApiError::NotFound(format!("Run {run_id} not found in session {session_id}"));
+    let parsed = turnstile_journal::RunId::parse(&run_id).map_err(|_| not_found())?;
+    let view = state.runtime.run_view(&parsed)?.ok_or_else(not_found)?;
+    if view.session_id != session.session_id {
+        return Err(not_found());
+    }
+    let name = agent_name_of(&state.runtime, &view.agent_id);
+    Ok(Json(super::runs::run_json(&state, &view, &name).await?))
+}
+
+#[utoipa::path(
     get, path = "/sessions/{session_id}", tag = "sessions", summary = "One session with its metrics and harness session",
     params(("session_id" = String, Path, description = "A session's id")),
     responses((status = 200, description = "The session", body = SessionDetail), (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 404, description = "No such session (or it was deleted)", body = ErrorBody))
