@@ -9,6 +9,7 @@
 //! | directive | the model… |
 //! |---|---|
 //! | `@bash CMD` | runs CMD through `exec_command` (several lines: several calls, one per request) |
+//! | `@search QUERY` | searches the web for QUERY (a `web_search_call` item, before the answer) |
 //! | `@reply TEXT` | answers TEXT (default `Done.`) |
 //! | `@two TEXT` | answers in two messages, `First part.` then TEXT |
 //! | `@reasoning TEXT` | thinks TEXT (a reasoning summary) before answering |
@@ -248,6 +249,7 @@ enum Answer {
 }
 
 enum Item {
+    Search(String),
     Reasoning(String),
     Message(String),
     Call { call_id: String, command: String },
@@ -325,6 +327,7 @@ fn plan(state: &Mutex<State>, request: &Recorded) -> Answer {
     let mut reply = "Done.".to_owned();
     let mut first_part = None;
     let mut reasoning = None;
+    let mut search = None;
     let mut delay = Duration::ZERO;
     for line in acting.lines() {
         let Some(directive) = line.trim().strip_prefix('@') else {
@@ -340,6 +343,7 @@ fn plan(state: &Mutex<State>, request: &Recorded) -> Answer {
                 reply = rest.to_owned();
             }
             "reasoning" => reasoning = Some(rest.to_owned()),
+            "search" => search = Some(rest.to_owned()),
             "slow" => delay = Duration::from_millis(rest.parse().unwrap_or(100)),
             "history" => {
                 let mut lines: Vec<String> = request
@@ -400,6 +404,9 @@ fn plan(state: &Mutex<State>, request: &Recorded) -> Answer {
             && let Some(text) = reasoning
         {
             items.push(Item::Reasoning(text));
+        }
+        if let Some(query) = search {
+            items.push(Item::Search(query));
         }
         if let Some(first) = first_part {
             items.push(Item::Message(first));
@@ -493,6 +500,14 @@ async fn stream(
     };
     for (index, item) in items.into_iter().enumerate() {
         match item {
+            Item::Search(query) => {
+                send(
+                    json!({"type": "response.output_item.done", "output_index": index,
+                    "item": {"type": "web_search_call", "id": format!("ws_fake_{}", next_id()),
+                             "status": "completed", "action": {"type": "search", "query": query}}}),
+                )
+                .await;
+            }
             Item::Reasoning(text) => {
                 let id = format!("rs_fake_{}", next_id());
                 send(

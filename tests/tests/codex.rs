@@ -48,7 +48,7 @@ async fn a_turn_streams_text_tool_calls_and_exact_metrics() {
         .form(&[
             (
                 "message",
-                "work\n@bash echo hello-codex-tool\n@bash sh -c 'echo oops; exit 3'\n@two all done",
+                "work\n@bash echo hello-codex-tool\n@bash sh -c 'echo oops; exit 3'\n@search kiwi facts\n@two all done",
             ),
             ("session_id", "tools"),
             ("stream", "true"),
@@ -68,7 +68,9 @@ async fn a_turn_streams_text_tool_calls_and_exact_metrics() {
         .filter(|frame| frame.event == "ToolCallCompleted")
         .map(|frame| &frame.data["tool"])
         .collect();
-    assert_eq!(tools.len(), 2, "{body}");
+    assert_eq!(tools.len(), 3, "{body}");
+    assert_eq!(tools[2]["tool_name"], "web_search", "{}", tools[2]);
+    assert_eq!(tools[2]["tool_args"]["query"], "kiwi facts", "{}", tools[2]);
     assert_eq!(tools[0]["tool_name"], "shell");
     assert!(
         tools[0]["tool_args"]["command"]
