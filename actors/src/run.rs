@@ -489,6 +489,11 @@ impl RunTask {
                 self.identity
                     .emitted(index, RunEvent::ContentDelta { text })
             }
+            HarnessEvent::ReasoningDelta { text } => {
+                let index = self.take_index();
+                self.identity
+                    .emitted(index, RunEvent::ReasoningDelta { text })
+            }
             HarnessEvent::ToolCallStarted { tool } => {
                 let index = self.take_index();
                 self.identity

@@ -191,6 +191,11 @@ pub enum HarnessEvent {
         /// The text.
         text: String,
     },
+    /// A piece of the model's reasoning, shown beside the answer (not part of it).
+    ReasoningDelta {
+        /// The text.
+        text: String,
+    },
     /// A tool call began.
     ToolCallStarted {
         /// The call (without result).

@@ -233,6 +233,12 @@ pub enum RunEvent {
         /// Why.
         reason: String,
     },
+    /// A piece of the model's reasoning (a summary the harness shows; not the answer).
+    /// Last, so the variants before it keep their encoding.
+    ReasoningDelta {
+        /// The text.
+        text: String,
+    },
 }
 
 impl RunEvent {
@@ -249,6 +255,7 @@ impl RunEvent {
         match self {
             RunEvent::Started { .. } => "Started",
             RunEvent::ContentDelta { .. } => "ContentDelta",
+            RunEvent::ReasoningDelta { .. } => "ReasoningDelta",
             RunEvent::ToolCallStarted { .. } => "ToolCallStarted",
             RunEvent::ToolCallCompleted { .. } => "ToolCallCompleted",
             RunEvent::Warning { .. } => "Warning",

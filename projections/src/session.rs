@@ -800,6 +800,8 @@ impl SessionState {
 fn apply_run_event(run: &mut RunView, event: &RunEvent, transcript_lines: u32, ts: i64) {
     match event {
         RunEvent::ContentDelta { text } => run.content.push_str(text),
+        // Reasoning is shown as it streams and kept in the journal, not in the answer.
+        RunEvent::ReasoningDelta { .. } => {}
         RunEvent::ToolCallStarted { tool } | RunEvent::ToolCallCompleted { tool } => {
             let view = ToolView {
                 tool_call_id: tool.tool_call_id.clone(),

@@ -48,7 +48,7 @@ async fn a_turn_streams_text_tool_calls_and_exact_metrics() {
         .form(&[
             (
                 "message",
-                "work\n@bash echo hello-codex-tool\n@bash sh -c 'echo oops; exit 3'\n@search kiwi facts\n@two all done",
+                "work\n@reasoning Thinking about kiwis.\n@bash echo hello-codex-tool\n@bash sh -c 'echo oops; exit 3'\n@search kiwi facts\n@two all done",
             ),
             ("session_id", "tools"),
             ("stream", "true"),
@@ -91,6 +91,13 @@ async fn a_turn_streams_text_tool_calls_and_exact_metrics() {
         "{}",
         tools[1]
     );
+    // Reasoning streams beside the answer, as agno's CodexAgent shows it.
+    let reasoning: String = frames
+        .iter()
+        .filter(|frame| frame.event == "RunContent")
+        .filter_map(|frame| frame.data["reasoning_content"].as_str())
+        .collect();
+    assert_eq!(reasoning, "Thinking about kiwis.", "{body}");
     // Two messages read as one text with a blank line between them; the answer is
     // the last message.
     let streamed: String = frames

@@ -71,7 +71,7 @@ pub fn content_json(content: &str, content_type: &str) -> Value {
 pub fn event_type(event: &RunEvent) -> &'static str {
     match event {
         RunEvent::Started { .. } => "RunStarted",
-        RunEvent::ContentDelta { .. } => "RunContent",
+        RunEvent::ContentDelta { .. } | RunEvent::ReasoningDelta { .. } => "RunContent",
         RunEvent::ToolCallStarted { .. } => "ToolCallStarted",
         RunEvent::ToolCallCompleted { .. } => "ToolCallCompleted",
         RunEvent::Warning { .. } => "CustomEvent",
@@ -90,6 +90,10 @@ pub fn render(event: &WireEvent, who: &Who) -> (&'static str, Value) {
             model_provider,
         } => json!({"model": model, "model_provider": model_provider}),
         RunEvent::ContentDelta { text } => json!({"content": text, "content_type": "str"}),
+        // agno's CodexAgent: reasoning rides a `RunContent` with empty content.
+        RunEvent::ReasoningDelta { text } => {
+            json!({"content": "", "reasoning_content": text, "content_type": "str"})
+        }
         RunEvent::ToolCallStarted { tool } | RunEvent::ToolCallCompleted { tool } => {
             json!({"tool": tool_json(tool)})
         }

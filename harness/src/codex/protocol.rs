@@ -394,6 +394,18 @@ fn notification(
             }
             steps
         }
+        "item/reasoning/summaryTextDelta" | "item/reasoning/textDelta" => {
+            let delta = params["delta"].as_str().unwrap_or_default();
+            if delta.is_empty() {
+                return vec![Step::Received];
+            }
+            vec![
+                Step::Received,
+                Step::Emit(HarnessEvent::ReasoningDelta {
+                    text: delta.to_owned(),
+                }),
+            ]
+        }
         "item/started" => match tool_call(&params["item"], false) {
             Some(tool) => {
                 turn.open_tools.insert(tool.tool_call_id.clone());
