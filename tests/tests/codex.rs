@@ -655,3 +655,72 @@ async fn an_image_reaches_the_model_as_an_image() {
     assert_eq!(request.images(), 1, "{}", request.body["input"]);
     server.terminate();
 }
+
+/// Offline: the CLI, and every process it starts, connects to nothing but the
+/// configured endpoint (`strace` records every `connect` of the app-server's tree).
+#[tokio::test]
+async fn the_cli_connects_to_nothing_but_the_configured_endpoint() {
+    let Some(bin) = codex_bin() else { return };
+    let strace = Path::new("/usr/bin/strace");
+    assert!(
+        strace.exists() || std::env::var_os("CI").is_none(),
+        "strace is missing: .ci/run installs it"
+    );
+    if !strace.exists() {
+        eprintln!("skipped: no strace");
+        return;
+    }
+    let fake = FakeOpenAi::start();
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("traces");
+    std::fs::create_dir_all(&traces).unwrap();
+    let wrapper = dir.path().join("codex-traced");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec {} -f -qq -e trace=connect -o {}/connect.$$ {} \"$@\"\n",
+            strace.display(),
+            traces.display(),
+            bin.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = codex_config(dir.path(), &wrapper, &fake, "", "");
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let answer = run(
+        &server,
+        "offline",
+        "offline\n@bash echo offline-tool\n@search offline facts\n@reply done",
+    )
+    .await;
+    assert_eq!(answer["status"], "COMPLETED", "{answer}");
+    server.terminate();
+    let port = fake
+        .base_url
+        .rsplit(':')
+        .next()
+        .and_then(|rest| rest.split('/').next())
+        .unwrap()
+        .to_owned();
+    let mut inet = 0;
+    for trace in std::fs::read_dir(&traces).unwrap() {
+        let text = std::fs::read_to_string(trace.unwrap().path()).unwrap();
+        for line in text.lines().filter(|line| line.contains("connect(")) {
+            if line.contains("AF_UNIX") {
+                continue;
+            }
+            inet += 1;
+            assert!(
+                line.contains("inet_addr(\"127.0.0.1\")")
+                    && line.contains(&format!("htons({port})")),
+                "the CLI connected elsewhere: {line}"
+            );
+        }
+    }
+    assert!(inet > 0, "no connection traced at all");
+}
