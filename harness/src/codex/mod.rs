@@ -125,36 +125,91 @@ impl From<CodexOptions> for Codex {
 /// The Codex harness: the CLI core speaking Codex's dialect.
 pub type CodexHarness = CliHarness<Codex>;
 
-fn quoted(text: &str) -> String {
-    Value::String(text.to_owned()).to_string()
-}
-
 impl Codex {
     /// The `CODEX_HOME/config.toml` of a hermetic home: the configured endpoint as the
     /// only provider, the CLI's own retries off, and no plugin sync, analytics or
     /// telemetry (each of which reaches beyond the endpoint).
     pub fn config_toml(&self) -> String {
         let options = &self.options;
-        let mut text = format!(
-            "model = {}\napproval_policy = {}\nsandbox_mode = {}\n",
-            quoted(&options.model),
-            quoted(&options.approval_policy),
-            quoted(&options.sandbox),
-        );
-        for (key, value) in &options.codex_config {
-            text.push_str(&format!("{key} = {value}\n"));
-        }
+        let mut config = toml::Table::new();
+        let mut set = |path: &str, value: toml::Value| merge(&mut config, path, value);
+        set("model", options.model.clone().into());
+        set("approval_policy", options.approval_policy.clone().into());
+        set("sandbox_mode", options.sandbox.clone().into());
         if let Some(url) = &options.base_url {
-            text.push_str(&format!(
-                "model_provider = \"turnstile\"\n\n[model_providers.turnstile]\nname = \"turnstile\"\nbase_url = {}\nwire_api = \"responses\"\nenv_key = \"OPENAI_API_KEY\"\nrequest_max_retries = 0\nstream_max_retries = 0\n",
-                quoted(url)
-            ));
+            set("model_provider", "turnstile".into());
+            set("model_providers.turnstile.name", "turnstile".into());
+            set("model_providers.turnstile.base_url", url.clone().into());
+            set("model_providers.turnstile.wire_api", "responses".into());
+            set("model_providers.turnstile.env_key", "OPENAI_API_KEY".into());
+            set("model_providers.turnstile.request_max_retries", 0.into());
+            set("model_providers.turnstile.stream_max_retries", 0.into());
         }
-        text.push_str(
-            "\n[features]\nplugins = false\nunbounded_connection_retries = false\n\n[analytics]\nenabled = false\n\n[otel]\nexporter = \"none\"\nmetrics_exporter = \"none\"\ntrace_exporter = \"none\"\n",
-        );
-        text
+        set("features.plugins", false.into());
+        set("features.unbounded_connection_retries", false.into());
+        set("analytics.enabled", false.into());
+        for key in ["exporter", "metrics_exporter", "trace_exporter"] {
+            set(&format!("otel.{key}"), "none".into());
+        }
+        // The user's keys last: a dotted key names a nested one, a table merges.
+        for (key, value) in &options.codex_config {
+            if let Some(value) = toml_value(value) {
+                set(key, value);
+            }
+        }
+        toml::to_string(&config).unwrap_or_default()
     }
+}
+
+/// `value` at the dotted `path` of `table`, tables merged key by key.
+fn merge(table: &mut toml::Table, path: &str, value: toml::Value) {
+    let (head, rest) = match path.split_once('.') {
+        Some((head, rest)) => (head, Some(rest)),
+        None => (path, None),
+    };
+    match rest {
+        Some(rest) => {
+            let entry = table
+                .entry(head.to_owned())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            if !entry.is_table() {
+                *entry = toml::Value::Table(toml::Table::new());
+            }
+            if let toml::Value::Table(inner) = entry {
+                merge(inner, rest, value);
+            }
+        }
+        None => match (table.get_mut(head), value) {
+            (Some(toml::Value::Table(existing)), toml::Value::Table(added)) => {
+                for (key, value) in added {
+                    merge(existing, &key, value);
+                }
+            }
+            (_, value) => {
+                table.insert(head.to_owned(), value);
+            }
+        },
+    }
+}
+
+/// A JSON value as TOML (`null` has no TOML form and is left out).
+fn toml_value(value: &Value) -> Option<toml::Value> {
+    Some(match value {
+        Value::Null => return None,
+        Value::Bool(flag) => toml::Value::Boolean(*flag),
+        Value::Number(number) => match number.as_i64() {
+            Some(integer) => toml::Value::Integer(integer),
+            None => toml::Value::Float(number.as_f64()?),
+        },
+        Value::String(text) => toml::Value::String(text.clone()),
+        Value::Array(items) => toml::Value::Array(items.iter().filter_map(toml_value).collect()),
+        Value::Object(entries) => toml::Value::Table(
+            entries
+                .iter()
+                .filter_map(|(key, value)| Some((key.clone(), toml_value(value)?)))
+                .collect(),
+        ),
+    })
 }
 
 /// The rollout less its failed turns (`task_started` to a `task_complete` that
@@ -374,6 +429,13 @@ mod tests {
         options
             .codex_config
             .insert("model_reasoning_effort".into(), json!("low"));
+        options
+            .codex_config
+            .insert("features".into(), json!({"web_search_request": true}));
+        options.codex_config.insert(
+            "model_providers.turnstile.stream_idle_timeout_ms".into(),
+            json!(20000),
+        );
         Codex::from(options)
     }
 
@@ -393,6 +455,16 @@ mod tests {
             assert!(text.contains(off), "{off} missing from {text}");
         }
         assert!(text.contains("model = \"gpt-5.6-luna\""), "{text}");
+        // The user's tables merge into the runtime's, and the file is TOML.
+        let parsed: toml::Table = toml::from_str(&text).unwrap();
+        assert_eq!(parsed["features"]["plugins"].as_bool(), Some(false));
+        assert_eq!(
+            parsed["features"]["web_search_request"].as_bool(),
+            Some(true)
+        );
+        let provider = &parsed["model_providers"]["turnstile"];
+        assert_eq!(provider["stream_idle_timeout_ms"].as_integer(), Some(20000));
+        assert_eq!(provider["request_max_retries"].as_integer(), Some(0));
     }
 
     #[test]
