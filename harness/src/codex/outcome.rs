@@ -133,11 +133,13 @@ fn refused(request: &str, message: &str) -> HarnessError {
         && (message.contains("no rollout found") || message.contains("invalid session id"))
     {
         ErrorKind::SessionNotFound
-    } else if message.contains("already has an active writer") || message.contains("overloaded") {
-        ErrorKind::Transient
-    } else if request == "thread" || request == "turn" {
+    } else if request == "turn" && !message.contains("overloaded") {
+        // `turn/start` refused its parameters (an output schema it cannot use…).
         ErrorKind::InvalidRequest
     } else {
+        // Any other refusal (another process writing the thread, an overloaded
+        // server, a resume that failed otherwise) fails the attempt and keeps the
+        // thread: the run's retries decide.
         ErrorKind::Transient
     };
     HarnessError::Failed {
