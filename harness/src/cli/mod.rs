@@ -63,6 +63,9 @@ pub struct Launch<'a> {
     pub resume: bool,
     /// The turn's JSON Schema, for structured output.
     pub output_schema: Option<&'a str>,
+    /// The transcript written back is not a continuation of the file the CLI left
+    /// there (shorter or different): what the CLI derived from the old file is stale.
+    pub transcript_replaced: bool,
 }
 
 /// What the core does with one output line, in order.
@@ -332,6 +335,7 @@ impl<D: Dialect> CliHarness<D> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| io_error("creating the config dir", e))?;
         }
+        let replaced = std::fs::read(&path).is_ok_and(|left| !text.as_bytes().starts_with(&left));
         if text.is_empty() {
             // A CLI may refuse a new session id whose file exists.
             let _ = std::fs::remove_file(&path);
@@ -344,6 +348,7 @@ impl<D: Dialect> CliHarness<D> {
             harness_session_id: &harness_session_id,
             resume,
             output_schema: schema,
+            transcript_replaced: replaced,
         })?;
         command.current_dir(&cwd).envs(settings.env);
         let seen: HashSet<String> = lines

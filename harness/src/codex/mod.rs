@@ -349,9 +349,13 @@ impl Dialect for Codex {
                 message: format!("writing CODEX_HOME/config.toml: {error}"),
             },
         )?;
-        // A home restored with a rollout of another length must not keep the CLI's
-        // sqlite projections of the old one (they hold byte offsets into it).
-        if let Ok(entries) = std::fs::read_dir(launch.config_dir) {
+        // A home whose rollout was replaced by a shorter or different one (a failed
+        // turn left out for its retry) must not keep the CLI's sqlite projections of
+        // the old file: they hold byte offsets into it. (Rebuilding them costs a cold
+        // start ~55 ms, so only then.)
+        if launch.transcript_replaced
+            && let Ok(entries) = std::fs::read_dir(launch.config_dir)
+        {
             for entry in entries.flatten() {
                 let name = entry.file_name();
                 if name.to_string_lossy().contains(".sqlite") {
