@@ -30,6 +30,9 @@ pub struct RunEvents {
     live: Option<broadcast::Receiver<Arc<WireEvent>>>,
     next: EventIndex,
     backlog: VecDeque<Arc<WireEvent>>,
+    /// The journal has been read up to where the live feed takes over: what was
+    /// journaled before the reader subscribed is delivered before it waits for more.
+    caught_up: bool,
     done: bool,
 }
 
@@ -51,6 +54,7 @@ impl RunEvents {
             live,
             next,
             backlog: VecDeque::new(),
+            caught_up: false,
             done: false,
         }
     }
@@ -77,6 +81,20 @@ impl RunEvents {
                     continue;
                 }
                 return Some(Ok(self.deliver(event)));
+            }
+            if self.live.is_some() && !self.caught_up {
+                // A live run's earlier events are in the journal (durable before
+                // visible), the later ones in the feed it subscribed to first: read the
+                // journal to its end before waiting, or a run that is quiet for a while
+                // would hold back events that happened already.
+                if let Err(error) = self.refill() {
+                    self.done = true;
+                    return Some(Err(error));
+                }
+                if self.backlog.is_empty() {
+                    self.caught_up = true;
+                }
+                continue;
             }
             let Some(live) = self.live.as_mut() else {
                 // No live run: the journal has everything there will be.

@@ -287,7 +287,13 @@ async fn run(
                     tool_args: args.clone(),
                     result: None,
                     tool_call_error: false,
-                    parent_tool_call_id: parent.clone(),
+                    // `#N` names this attempt's N-th call (its id is made here).
+                    parent_tool_call_id: parent.as_ref().map(|parent| {
+                        match parent.strip_prefix('#').and_then(|n| n.parse::<u32>().ok()) {
+                            Some(n) => format!("call_{}_{}_{n}", request.run_id, request.attempt),
+                            None => parent.clone(),
+                        }
+                    }),
                 };
                 emit(
                     &events,

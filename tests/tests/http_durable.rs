@@ -204,6 +204,49 @@ async fn resume_of_a_live_run_catches_up_then_follows_it_to_the_end() {
     assert!(event_types(events).contains(&"ToolCallStarted"));
 }
 
+/// Re-attached to a live run that is quiet for a while, a client gets the events that
+/// happened already at once, not when the run next emits one (issue 18 found this:
+/// the console's live page showed a run's first tool call only at its end).
+#[tokio::test]
+async fn resume_of_a_quiet_live_run_delivers_what_happened_at_once() {
+    use futures::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let run_id = background(&server, "quiet", "/tool Read {}\n/sleep 3000\n/reply end").await;
+    let started = std::time::Instant::now();
+    loop {
+        let run = get_json(&server, &format!("/agents/scripted/runs/{run_id}")).await;
+        if run["tools"]
+            .as_array()
+            .is_some_and(|tools| !tools.is_empty())
+        {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "{run}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let response = client()
+        .post(server.url(&format!("/agents/scripted/runs/{run_id}/resume")))
+        .send()
+        .await
+        .unwrap();
+    let mut body = response.bytes_stream();
+    let mut text = String::new();
+    let read = tokio::time::timeout(Duration::from_secs(1), async {
+        while !text.contains("event: ToolCallCompleted") {
+            let chunk = body.next().await.expect("the stream ended").unwrap();
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    assert!(
+        read.is_ok(),
+        "the tool call that happened was held back: {text}"
+    );
+    let run = get_json(&server, &format!("/agents/scripted/runs/{run_id}")).await;
+    assert_eq!(run["status"], "RUNNING", "the run was still sleeping");
+}
+
 #[tokio::test]
 async fn resume_of_unknown_runs_is_404() {
     let dir = tempfile::tempdir().unwrap();

@@ -17,6 +17,7 @@ pub mod openapi;
 mod runs;
 mod sessions;
 pub mod sse;
+mod ui;
 
 use std::sync::Arc;
 
@@ -105,6 +106,10 @@ pub fn router(state: AppState) -> Router {
             get(sessions::get_session_run),
         )
         .route("/journal/export", get(export::export))
+        .route("/ui", get(ui::index))
+        .route("/ui/", get(ui::index))
+        .route("/ui/app.js", get(ui::script))
+        .route("/ui/app.css", get(ui::style))
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(
@@ -176,7 +181,7 @@ async fn require_api_key(
     let Some(key) = &state.api_key else {
         return next.run(request).await;
     };
-    if request.uri().path() == "/health" {
+    if request.uri().path() == "/health" || ui::is_console(request.uri().path()) {
         return next.run(request).await;
     }
     let presented = request

@@ -38,6 +38,9 @@ use crate::api::error::ErrorBody;
         super::metrics::daily,
         super::metrics::prometheus,
         super::export::export,
+        super::ui::index,
+        super::ui::script,
+        super::ui::style,
     ),
     modifiers(&Bearer),
     security(("bearer" = []))
