@@ -183,8 +183,7 @@ fn screenshots_for_the_docs() {
     if tools().is_none() {
         return;
     }
-    let shots = std::env::var("TURNSTILE_SCREENSHOTS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| repo().join("docs/console"));
-    console_run(&std::path::absolute(shots).unwrap());
+    // A relative directory is taken from the repository's root, where the command runs.
+    let shots = std::env::var("TURNSTILE_SCREENSHOTS").unwrap_or_else(|_| "docs/console".into());
+    console_run(&repo().join(shots));
 }
