@@ -17,9 +17,22 @@ pub struct Config {
     /// `[server]`.
     #[serde(default)]
     pub server: ServerConfig,
+    /// `[telemetry]`: OpenTelemetry traces, off unless an endpoint is given.
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
     /// `[[agents]]`; one scripted agent when absent.
     #[serde(default = "default_agents")]
     pub agents: Vec<AgentConfig>,
+}
+
+/// `[telemetry]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// The OTLP HTTP endpoint traces go to (`http://127.0.0.1:4318`, or a URL ending in
+    /// the traces path); none: no traces.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// `[server]`.
@@ -193,6 +206,7 @@ impl Config {
     pub fn default_config() -> Config {
         let mut config = Config {
             server: ServerConfig::default(),
+            telemetry: TelemetryConfig::default(),
             agents: default_agents(),
         };
         config.resolve_paths();
@@ -380,7 +394,7 @@ impl Config {
         }
         // `[server]` first, then the agents, as a person writes the file.
         let mut text = String::new();
-        for key in ["server", "agents"] {
+        for key in ["server", "telemetry", "agents"] {
             let mut part = toml::Table::new();
             if let Some(section) = value.as_table_mut().and_then(|table| table.remove(key)) {
                 part.insert(key.to_owned(), section);

@@ -10,4 +10,5 @@ pub mod client;
 pub mod config;
 pub mod listen;
 pub mod serve;
+pub mod telemetry;
 pub mod timeline;

@@ -60,6 +60,15 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         session_idle: std::time::Duration::from_secs_f64(config.server.session_idle_s),
         max_event_bytes: config.server.max_event_bytes,
     })?;
+    let telemetry = match &config.telemetry.otlp_endpoint {
+        Some(endpoint) => {
+            let telemetry = crate::telemetry::Telemetry::start(runtime.journal().clone(), endpoint)
+                .map_err(|error| anyhow::anyhow!(error))?;
+            tracing::info!("traces: every run to {endpoint} (OTLP over HTTP)");
+            Some(telemetry)
+        }
+        None => None,
+    };
     if open_without_auth(local.ip(), api_key.is_some()) {
         tracing::warn!(
             "listening on {local}, beyond loopback, with auth off: anyone who can reach it can run agents; set {} to an API key",
@@ -114,6 +123,10 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     crate::listen::serve(listener, app, listen, shutdown.clone()).await;
     tracing::info!("draining runs in flight and syncing the journal");
     runtime.shutdown().await?;
+    if let Some(telemetry) = telemetry {
+        // The exporter's own thread sends what is queued (bounded by its timeout).
+        tokio::task::spawn_blocking(move || telemetry.shutdown()).await?;
+    }
     tracing::info!("turnstile stopped");
     Ok(())
 }

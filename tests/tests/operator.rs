@@ -338,7 +338,10 @@ fn every_configuration_key_is_documented_17() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("all.toml"),
-        r#"[[agents]]
+        r#"[telemetry]
+otlp_endpoint = "http://127.0.0.1:4318"
+
+[[agents]]
 id = "scripted"
 harness = "scripted"
 
