@@ -4,89 +4,11 @@
 //! run's ids, model, usage, status and error class as attributes; and with the
 //! endpoint down, turns are unaffected.
 
-use std::convert::Infallible;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use http_body_util::{BodyExt, Full};
-use hyper::{Request, Response};
 use serde_json::Value;
+use turnstile_tests::otlp::Receiver;
 use turnstile_tests::{Server, free_port, post_form_json};
-
-/// Collects the JSON bodies posted to `/v1/traces`.
-struct Receiver {
-    addr: SocketAddr,
-    bodies: Arc<Mutex<Vec<Value>>>,
-}
-
-impl Receiver {
-    fn start() -> Receiver {
-        let bodies = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let kept = bodies.clone();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                tx.send(listener.local_addr().unwrap()).unwrap();
-                loop {
-                    let Ok((stream, _)) = listener.accept().await else {
-                        continue;
-                    };
-                    let kept = kept.clone();
-                    tokio::spawn(async move {
-                        let service = hyper::service::service_fn(
-                            move |request: Request<hyper::body::Incoming>| {
-                                let kept = kept.clone();
-                                async move {
-                                    let path = request.uri().path().to_owned();
-                                    let bytes =
-                                        request.into_body().collect().await.unwrap().to_bytes();
-                                    if path == "/v1/traces" {
-                                        kept.lock().unwrap().push(
-                                            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-                                        );
-                                    }
-                                    Ok::<_, Infallible>(Response::new(Full::new(
-                                        bytes::Bytes::from_static(b"{}"),
-                                    )))
-                                }
-                            },
-                        );
-                        let _ = hyper::server::conn::http1::Builder::new()
-                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                            .await;
-                    });
-                }
-            });
-        });
-        Receiver {
-            addr: rx.recv().unwrap(),
-            bodies,
-        }
-    }
-
-    /// Every span received, with its resource's attributes.
-    fn spans(&self) -> Vec<Value> {
-        let mut spans = Vec::new();
-        for body in self.bodies.lock().unwrap().iter() {
-            for resource in body["resourceSpans"].as_array().into_iter().flatten() {
-                for scope in resource["scopeSpans"].as_array().into_iter().flatten() {
-                    for span in scope["spans"].as_array().into_iter().flatten() {
-                        let mut span = span.clone();
-                        span["resource"] = resource["resource"].clone();
-                        spans.push(span);
-                    }
-                }
-            }
-        }
-        spans
-    }
-}
 
 fn attribute(span: &Value, key: &str) -> Value {
     let found = span["attributes"]

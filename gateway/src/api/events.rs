@@ -90,7 +90,7 @@ pub fn render(event: &WireEvent, who: &Who) -> (&'static str, Value) {
             model_provider,
         } => json!({"model": model, "model_provider": model_provider}),
         RunEvent::ContentDelta { text } => json!({"content": text, "content_type": "str"}),
-        // agno's CodexAgent: reasoning rides a `RunContent` with empty content.
+        // As agno shows reasoning: a `RunContent` with empty content.
         RunEvent::ReasoningDelta { text } => {
             json!({"content": "", "reasoning_content": text, "content_type": "str"})
         }
