@@ -107,7 +107,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/journal/export", get(export::export))
         .route("/ui", get(ui::index))
-        .route("/ui/", get(ui::index))
+        .route("/ui/", get(ui::index_slash))
         .route("/ui/app.js", get(ui::script))
         .route("/ui/app.css", get(ui::style))
         .fallback(fallback)

@@ -39,6 +39,7 @@ use crate::api::error::ErrorBody;
         super::metrics::prometheus,
         super::export::export,
         super::ui::index,
+        super::ui::index_slash,
         super::ui::script,
         super::ui::style,
     ),

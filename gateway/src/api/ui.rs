@@ -33,6 +33,14 @@ pub(crate) async fn index() -> Response {
 }
 
 #[utoipa::path(
+    get, path = "/ui/", tag = "console", summary = "The web console, as at /ui", security(()),
+    responses((status = 200, description = "The page", body = String, content_type = "text/html"))
+)]
+pub(crate) async fn index_slash() -> Response {
+    asset("text/html; charset=utf-8", INDEX)
+}
+
+#[utoipa::path(
     get, path = "/ui/app.js", tag = "console", summary = "The console's script", security(()),
     responses((status = 200, description = "The script", body = String, content_type = "text/javascript"))
 )]
