@@ -4,6 +4,7 @@
 //! `turnstile-actors`, and renders what the runtime reads from the journal. It is the
 //! only crate that names `axum`. It holds no run state of its own.
 
+pub mod allocator;
 pub mod api;
 pub mod cli;
 pub mod client;

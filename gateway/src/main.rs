@@ -6,5 +6,6 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    turnstile_gateway::allocator::ensure_options();
     turnstile_gateway::cli::main()
 }

@@ -224,8 +224,12 @@ async fn main() {
     );
     println!("|---|---|---:|---:|---:|");
     for mode in ["together", "as they go"] {
+        // The allocator's options as the `turnstile` binary runs with them
+        // (`gateway/src/allocator.rs`), unless the caller set them.
+        let purge_delay = std::env::var("MIMALLOC_PURGE_DELAY").unwrap_or_else(|_| "0".to_owned());
         let output = std::process::Command::new(std::env::current_exe().unwrap())
             .args(std::env::args().skip(1))
+            .env("MIMALLOC_PURGE_DELAY", purge_delay)
             .env(MEMORY_CHILD, mode)
             .output()
             .unwrap();
