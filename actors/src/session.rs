@@ -100,6 +100,9 @@ impl Shared {
 
 struct InFlight {
     run_id: RunId,
+    /// Its terminal events are being appended: once they are durable a client can
+    /// read the run as ended (from the journal) before this actor frees the session.
+    ending: bool,
     cancel: CancellationToken,
     /// Runs whose attachments this turn staged, removed when it ends (unless kept).
     staged: Vec<RunId>,
@@ -287,6 +290,17 @@ impl SessionActor {
     }
 
     /// The run the session is busy with: the one running, else the head of the queue.
+    /// What a new turn would wait for. A run whose end is being journaled does not
+    /// count: its client may already have read that end (from the journal) and sent the
+    /// next turn, which queues and starts as soon as the end is applied.
+    fn busy_for_a_new_turn(&self) -> Option<&RunId> {
+        self.in_flight
+            .as_ref()
+            .filter(|f| !f.ending)
+            .map(|f| &f.run_id)
+            .or_else(|| self.queue.front().map(|q| &q.run_id))
+    }
+
     fn busy_with(&self) -> Option<&RunId> {
         self.in_flight
             .as_ref()
@@ -408,6 +422,7 @@ impl SessionActor {
         let (staged, staging, changed_files) = self.stage_attachments(&run, &agent);
         self.in_flight = Some(InFlight {
             run_id: run.run_id.clone(),
+            ending: false,
             cancel: cancel.clone(),
             staged,
         });
@@ -674,6 +689,9 @@ impl SessionActor {
         let journal = self.shared.journal.clone();
         let session_id = self.session_id.clone();
         let identity = self.identity(&run_id);
+        if let Some(in_flight) = self.in_flight.as_mut().filter(|f| f.run_id == run_id) {
+            in_flight.ending = true;
+        }
         ctx.spawn(
             async move {
                 let appended = journal
@@ -868,7 +886,7 @@ impl Handler<StartRunMsg> for SessionActor {
             });
         }
         if command.multitask == Multitask::Reject
-            && let Some(run_id) = self.busy_with()
+            && let Some(run_id) = self.busy_for_a_new_turn()
         {
             return refuse(Refused::Busy {
                 session_id: self.session_id.clone(),

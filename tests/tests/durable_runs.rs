@@ -652,3 +652,37 @@ async fn cancelling_a_run_a_crash_left_running_ends_it_and_frees_its_session() {
     assert_eq!(next.content, "echo: free again");
     runtime.shutdown().await.unwrap();
 }
+
+/// A client that reads a run's end and sends the session's next turn at once is never
+/// refused as busy, however loaded the runtime: the end a client reads may come from the
+/// journal (a lagging stream re-reads it) before the session's actor has applied it
+/// (the runs benchmark with 1,000 parallel sessions found this).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_turn_right_after_an_end_is_never_refused_as_busy() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = open_runtime(dir.path(), RetryPolicy::default(), 256, 100_000);
+    let tasks: Vec<_> = (0..1_000)
+        .map(|n| {
+            let runtime = runtime.clone();
+            tokio::spawn(async move {
+                for turn in 0..5 {
+                    let handle = runtime
+                        .start_run(start_command(
+                            &format!("b{n}"),
+                            &format!("turn {turn}"),
+                            Multitask::Reject,
+                        ))
+                        .await
+                        .unwrap()
+                        .unwrap_or_else(|refused| panic!("turn {turn} of b{n}: {refused}"));
+                    let view = handle.outcome().await.unwrap();
+                    assert_eq!(view.status, RunStatus::Completed);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    runtime.shutdown().await.unwrap();
+}
