@@ -32,22 +32,9 @@ pub struct CodexProcess {
     next_id: u64,
 }
 
-/// Where the turn is in its exchange with the app-server.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-enum Stage {
-    /// Waiting for `initialize`'s answer.
-    #[default]
-    Initializing,
-    /// Waiting for `thread/start` or `thread/resume`.
-    Thread,
-    /// `turn/start` (or the compaction) sent.
-    Turn,
-}
-
 /// What the dialect remembers while it reads one turn.
 #[derive(Debug, Default)]
 pub struct CodexTurn {
-    stage: Stage,
     /// Whether the thread is resumed (else started) on this process.
     resume: bool,
     /// The thread.
@@ -79,7 +66,8 @@ pub struct CodexTurn {
     pub(crate) model: Option<String>,
 }
 
-fn request(process: &mut CodexProcess, kind: &str, method: &str, params: Value) -> String {
+/// A JSON-RPC request line whose id says what it is (`turn:7`).
+fn rpc(process: &mut CodexProcess, kind: &str, method: &str, params: Value) -> String {
     process.next_id += 1;
     json!({"id": format!("{kind}:{}", process.next_id), "method": method, "params": params})
         .to_string()
@@ -106,12 +94,11 @@ pub(crate) fn turn_input(
         turn.start["outputSchema"] = schema;
     }
     if start.first || process.thread_id.is_none() {
-        turn.stage = Stage::Initializing;
         turn.resume = start.resume;
         if start.resume {
             turn.thread_id = Some(start.harness_session_id.to_owned());
         }
-        return request_line(
+        return rpc(
             process,
             "init",
             "initialize",
@@ -123,12 +110,7 @@ pub(crate) fn turn_input(
     }
     turn.thread_id = process.thread_id.clone();
     turn.before = process.thread_total.clone();
-    turn.stage = Stage::Turn;
     start_turn(process, turn)
-}
-
-fn request_line(process: &mut CodexProcess, kind: &str, method: &str, params: Value) -> String {
-    request(process, kind, method, params)
 }
 
 /// `localImage` inputs for the images the runtime staged for the turn: the note it
@@ -153,7 +135,7 @@ fn images(message: &str) -> Vec<Value> {
 fn start_turn(process: &mut CodexProcess, turn: &mut CodexTurn) -> String {
     let thread_id = turn.thread_id.clone().unwrap_or_default();
     if turn.compacting {
-        return request(
+        return rpc(
             process,
             "compact",
             "thread/compact/start",
@@ -162,7 +144,7 @@ fn start_turn(process: &mut CodexProcess, turn: &mut CodexTurn) -> String {
     }
     let mut params = turn.start.clone();
     params["threadId"] = Value::String(thread_id);
-    request(process, "turn", "turn/start", params)
+    rpc(process, "turn", "turn/start", params)
 }
 
 fn thread_params(codex: &Codex, turn: &CodexTurn) -> Value {
@@ -293,7 +275,6 @@ fn answer(
     let result = &message["result"];
     match kind {
         "init" => {
-            turn.stage = Stage::Thread;
             let method = if turn.resume && turn.thread_id.is_some() {
                 "thread/resume"
             } else {
@@ -301,12 +282,7 @@ fn answer(
             };
             vec![
                 Step::Send(json!({"method": "initialized"}).to_string()),
-                Step::Send(request(
-                    process,
-                    "thread",
-                    method,
-                    thread_params(codex, turn),
-                )),
+                Step::Send(rpc(process, "thread", method, thread_params(codex, turn))),
             ]
         }
         "thread" => {
@@ -320,7 +296,6 @@ fn answer(
             }
             process.thread_id = Some(thread_id.clone());
             turn.thread_id = Some(thread_id.clone());
-            turn.stage = Stage::Turn;
             if turn.before.is_none() {
                 turn.before = process.thread_total.clone();
             }
