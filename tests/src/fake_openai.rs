@@ -23,12 +23,11 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use hyper::{Request, Response, StatusCode};
 use serde_json::{Value, json};
@@ -146,32 +145,21 @@ pub struct FakeOpenAi {
     /// `http://127.0.0.1:PORT/v1`, the provider's `base_url`.
     pub base_url: String,
     state: Arc<Mutex<State>>,
-    _stop: tokio::sync::oneshot::Sender<()>,
+    _stop: crate::loopback::Stop,
 }
 
 impl FakeOpenAi {
     /// Starts the fake on a loopback port of its own, on a thread of its own.
     pub fn start() -> FakeOpenAi {
         let state = Arc::new(Mutex::new(State::default()));
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let served = state.clone();
-        std::thread::Builder::new()
-            .name("fake-openai".into())
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .enable_all()
-                    .build()
-                    .expect("fake runtime");
-                runtime.block_on(serve(served, addr_tx, stop_rx));
-            })
-            .expect("fake thread");
-        let addr: SocketAddr = addr_rx.recv().expect("fake address");
+        let (addr, stop) = crate::loopback::serve("fake-openai", move |request| {
+            handle(served.clone(), request)
+        });
         FakeOpenAi {
             base_url: format!("http://{addr}/v1"),
             state,
-            _stop: stop_tx,
+            _stop: stop,
         }
     }
 
@@ -198,37 +186,7 @@ impl FakeOpenAi {
     }
 }
 
-async fn serve(
-    state: Arc<Mutex<State>>,
-    addr_tx: std::sync::mpsc::Sender<SocketAddr>,
-    mut stop: tokio::sync::oneshot::Receiver<()>,
-) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind loopback");
-    addr_tx
-        .send(listener.local_addr().expect("local addr"))
-        .expect("send address");
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = &mut stop => return,
-        };
-        let Ok((stream, _)) = accepted else { continue };
-        let state = state.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request| {
-                let state = state.clone();
-                async move { Ok::<_, Infallible>(handle(state, request).await) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .await;
-        });
-    }
-}
-
-type Body = BoxBody<Bytes, Infallible>;
+use crate::loopback::Body;
 
 fn full(status: StatusCode, body: Value) -> Response<Body> {
     Response::builder()

@@ -8,6 +8,7 @@ pub mod claude;
 pub mod codex;
 pub mod fake_anthropic;
 pub mod fake_openai;
+pub mod loopback;
 pub mod otlp;
 
 use std::io::{BufRead, BufReader};
