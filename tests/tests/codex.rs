@@ -23,6 +23,18 @@ async fn run(server: &Server, session: &str, message: &str) -> Value {
     post_form_json(server, "/agents/codex/runs", &form).await
 }
 
+/// The fake model, a directory and a server with one codex agent talking to it.
+fn started(bin: &Path) -> (FakeOpenAi, tempfile::TempDir, Server) {
+    let fake = FakeOpenAi::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = codex_config(dir.path(), bin, &fake, "", "");
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    (fake, dir, server)
+}
+
 /// What the model was sent with the prompt holding `marker`: user messages, answers
 /// and tool outputs, one a line.
 fn seen_by_model(fake: &FakeOpenAi, marker: &str) -> String {
@@ -36,13 +48,7 @@ fn seen_by_model(fake: &FakeOpenAi, marker: &str) -> String {
 #[tokio::test]
 async fn a_turn_streams_text_tool_calls_and_exact_metrics() {
     let Some(bin) = codex_bin() else { return };
-    let fake = FakeOpenAi::start();
-    let dir = tempfile::tempdir().unwrap();
-    let config = codex_config(dir.path(), &bin, &fake, "", "");
-    let server = Server::start_with(
-        &dir.path().join("data"),
-        &["--config", config.to_str().unwrap()],
-    );
+    let (fake, _dir, server) = started(&bin);
     let body = client()
         .post(server.url("/agents/codex/runs"))
         .form(&[
@@ -341,13 +347,7 @@ async fn an_unresumable_thread_falls_back_to_a_fresh_one_seeded_with_the_history
 #[tokio::test]
 async fn cancel_interrupts_the_turn_and_leaves_no_command_running() {
     let Some(bin) = codex_bin() else { return };
-    let fake = FakeOpenAi::start();
-    let dir = tempfile::tempdir().unwrap();
-    let config = codex_config(dir.path(), &bin, &fake, "", "");
-    let server = Server::start_with(
-        &dir.path().join("data"),
-        &["--config", config.to_str().unwrap()],
-    );
+    let (_fake, _dir, server) = started(&bin);
     let accepted = post_form_json(
         &server,
         "/agents/codex/runs",
@@ -468,13 +468,7 @@ async fn permanent_errors_fail_at_once_and_transient_ones_retry_on_the_same_thre
 #[tokio::test]
 async fn structured_output_reaches_the_model_and_comes_back_parsed() {
     let Some(bin) = codex_bin() else { return };
-    let fake = FakeOpenAi::start();
-    let dir = tempfile::tempdir().unwrap();
-    let config = codex_config(dir.path(), &bin, &fake, "", "");
-    let server = Server::start_with(
-        &dir.path().join("data"),
-        &["--config", config.to_str().unwrap()],
-    );
+    let (fake, _dir, server) = started(&bin);
     let schema = json!({"type": "object", "title": "Fruit",
         "properties": {"name": {"type": "string"}}, "required": ["name"], "additionalProperties": false});
     let answer = post_form_json(
@@ -507,13 +501,7 @@ async fn structured_output_reaches_the_model_and_comes_back_parsed() {
 #[tokio::test]
 async fn continuing_from_a_tool_checkpoint_forks_the_thread() {
     let Some(bin) = codex_bin() else { return };
-    let fake = FakeOpenAi::start();
-    let dir = tempfile::tempdir().unwrap();
-    let config = codex_config(dir.path(), &bin, &fake, "", "");
-    let server = Server::start_with(
-        &dir.path().join("data"),
-        &["--config", config.to_str().unwrap()],
-    );
+    let (fake, _dir, server) = started(&bin);
     let source = run(
         &server,
         "s",
@@ -629,13 +617,7 @@ async fn compaction_goes_through_the_app_server_and_survives_a_restart() {
 #[tokio::test]
 async fn an_image_reaches_the_model_as_an_image() {
     let Some(bin) = codex_bin() else { return };
-    let fake = FakeOpenAi::start();
-    let dir = tempfile::tempdir().unwrap();
-    let config = codex_config(dir.path(), &bin, &fake, "", "");
-    let server = Server::start_with(
-        &dir.path().join("data"),
-        &["--config", config.to_str().unwrap()],
-    );
+    let (fake, _dir, server) = started(&bin);
     // A 1x1 PNG.
     let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
     let images = json!([{"content": png, "mime_type": "image/png", "format": "png", "id": "red"}]);
