@@ -81,6 +81,9 @@ impl Telemetry {
             )
             .build();
         let stop = tokio_util::sync::CancellationToken::new();
+        // From here, not from whenever the thread gets to run: a run accepted meanwhile
+        // would otherwise be missed.
+        let from = journal.next_pos();
         let follower = Follower {
             tracer: provider.tracer("turnstile"),
             open: HashMap::new(),
@@ -89,7 +92,7 @@ impl Telemetry {
             .name("telemetry".into())
             .spawn({
                 let stop = stop.clone();
-                move || follow(journal, follower, stop)
+                move || follow(journal, from, follower, stop)
             })
             .map_err(|error| format!("starting the telemetry thread: {error}"))?;
         Ok(Telemetry {
@@ -112,7 +115,12 @@ impl Telemetry {
     }
 }
 
-fn follow(journal: Journal, mut follower: Follower, stop: tokio_util::sync::CancellationToken) {
+fn follow(
+    journal: Journal,
+    from: turnstile_journal::JournalPos,
+    mut follower: Follower,
+    stop: tokio_util::sync::CancellationToken,
+) {
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -121,7 +129,7 @@ fn follow(journal: Journal, mut follower: Follower, stop: tokio_util::sync::Canc
         return;
     };
     runtime.block_on(async move {
-        let mut subscription = journal.subscribe_from(journal.next_pos());
+        let mut subscription = journal.subscribe_from(from);
         loop {
             let record = tokio::select! {
                 record = subscription.next() => record,
@@ -215,11 +223,19 @@ impl Follower {
                 model,
                 model_provider,
             } => {
-                if let Some(run) = self.open.get_mut(&run_id.to_string()) {
-                    run.started_us = Some(ts);
-                    run.model = model.clone();
-                    run.provider = model_provider.clone();
-                }
+                // A run queued before the follower began (recovered at start-up, or
+                // queued while it started) is traced from its start.
+                let run = self
+                    .open
+                    .entry(run_id.to_string())
+                    .or_insert_with(|| OpenRun {
+                        session_id: record.session_id.to_string(),
+                        queued_us: ts,
+                        ..OpenRun::default()
+                    });
+                run.started_us = Some(ts);
+                run.model = model.clone();
+                run.provider = model_provider.clone();
             }
             Event::HarnessSessionForked {
                 run_id,

@@ -84,7 +84,7 @@ async fn every_run_is_one_trace_with_attempt_and_tool_spans_in_their_lineage_18(
             break spans;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(15),
+            started.elapsed() < Duration::from_secs(30),
             "only {roots} run spans: {spans:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
