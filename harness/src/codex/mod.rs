@@ -212,6 +212,25 @@ fn toml_value(value: &Value) -> Option<toml::Value> {
     })
 }
 
+/// The rollout of `thread` under `sessions` (`**/rollout-*-<thread>.jsonl`), if any.
+fn rollout_of(sessions: &Path, thread: &str) -> Option<PathBuf> {
+    let suffix = format!("-{thread}.jsonl");
+    let mut pending = vec![sessions.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).ok()?.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if path.is_dir() {
+                pending.push(path);
+            } else if name.starts_with("rollout-") && name.ends_with(&suffix) {
+                return Some(path);
+            }
+        }
+    }
+    None
+}
+
 /// The rollout less its failed turns (`task_started` to a `task_complete` that
 /// carries an error): a legacy thread's equivalent of `thread/revert`, so a retried
 /// prompt reaches the model once. Interrupted and unfinished turns stay.
@@ -278,13 +297,19 @@ impl Dialect for Codex {
         harness_session_id: &str,
         transcript: &[String],
     ) -> PathBuf {
+        // The CLI's own file, when this home has one: the CLI names it when the first
+        // turn starts, which may be a second after the first line's time, and a file
+        // restored under another name would stand beside it unseen.
+        let sessions = config_dir.join("sessions");
+        if let Some(existing) = rollout_of(&sessions, harness_session_id) {
+            return existing;
+        }
         // `2026-12-01T09:49:20.123Z` in the first line names the directory and file.
         let stamp = transcript
             .first()
             .and_then(|line| serde_json::from_str::<Value>(line).ok())
             .and_then(|line| line["timestamp"].as_str().map(str::to_owned))
             .filter(|stamp| stamp.len() >= 19 && stamp.is_char_boundary(19));
-        let sessions = config_dir.join("sessions");
         match stamp {
             Some(stamp) => sessions
                 .join(&stamp[0..4])
@@ -306,19 +331,27 @@ impl Dialect for Codex {
 
     fn line_identity(&self, line: &str) -> Option<String> {
         // Rollout lines are only ever appended, so a line is known by its position;
-        // a tool's output is named by its call, for the core to wait for it (a
-        // checkpoint is cut after the output).
-        if !line.contains("_call_output\"") {
+        // a tool's output is named by its call and a turn's end by the turn, for the
+        // core to wait for them: a checkpoint is cut after the output, and a turn's
+        // end (a failed turn's, left out before its retry) is journaled before the
+        // turn is over.
+        if !line.contains("_call_output\"")
+            && !line.contains("\"task_complete\"")
+            && !line.contains("\"turn_aborted\"")
+        {
             return None;
         }
         let value: Value = serde_json::from_str(line).ok()?;
         let payload = &value["payload"];
-        matches!(
-            payload["type"].as_str(),
-            Some("function_call_output" | "custom_tool_call_output")
-        )
-        .then(|| payload["call_id"].as_str().map(|id| format!("output:{id}")))
-        .flatten()
+        match payload["type"].as_str() {
+            Some("function_call_output" | "custom_tool_call_output") => {
+                payload["call_id"].as_str().map(|id| format!("output:{id}"))
+            }
+            Some("task_complete" | "turn_aborted") if value["type"] == "event_msg" => {
+                payload["turn_id"].as_str().map(|id| format!("end:{id}"))
+            }
+            _ => None,
+        }
     }
 
     fn restore_line(&self, line: &str, harness_session_id: &str) -> String {

@@ -404,7 +404,9 @@ fn notification(
             if turn.turn_id.is_some() && turn_id != turn.turn_id.as_deref() {
                 return Vec::new();
             }
-            vec![Step::Mirror(None), Step::End(params.clone())]
+            // The rollout's end of the turn may land just after this notification.
+            let end = turn_id.map(|id| format!("end:{id}"));
+            vec![Step::Mirror(end), Step::End(params.clone())]
         }
         _ => Vec::new(),
     }
