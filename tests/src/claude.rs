@@ -39,6 +39,11 @@ pub fn claude_config(
 ) -> PathBuf {
     let workspace = dir.join("workspace");
     std::fs::create_dir_all(&workspace).expect("workspace");
+    // The CLI's shell commands start the account's shell with its profile: an empty
+    // home keeps the machine's own profile (and what it runs, or leaves behind when a
+    // test kills it mid-way, such as a stale pyenv lock) out of the tests.
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).expect("home");
     let path = dir.join("turnstile.toml");
     let text = format!(
         r#"[server]
@@ -52,11 +57,12 @@ harness = "claude-code"
 claude_bin = "{bin}"
 cwd = "{workspace}"
 allowed_tools = ["Bash(echo:*)", "Bash(sleep:*)", "Read", "Task", "Agent"]
-env = {{ ANTHROPIC_BASE_URL = "{url}", ANTHROPIC_API_KEY = "test-key" }}
+env = {{ ANTHROPIC_BASE_URL = "{url}", ANTHROPIC_API_KEY = "test-key", HOME = "{home}" }}
 {agent}
 "#,
         bin = bin.display(),
         workspace = workspace.display(),
+        home = home.display(),
         url = fake.base_url,
     );
     std::fs::write(&path, text).expect("write the configuration");
