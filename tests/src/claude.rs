@@ -10,22 +10,11 @@ use crate::fake_anthropic::FakeAnthropic;
 
 /// The `claude` binary, or `None` (with a note) outside CI when it is not installed.
 pub fn claude_bin() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("TURNSTILE_CLAUDE_BIN").map(PathBuf::from)
-        && path.exists()
-    {
-        return Some(path);
-    }
-    let installed = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/clis/node_modules/@anthropic-ai/claude-code-linux-x64/claude");
-    if installed.exists() {
-        return Some(installed);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "the claude CLI is missing: .ci/run installs it; or set TURNSTILE_CLAUDE_BIN"
-    );
-    eprintln!("skipped: no claude CLI (set TURNSTILE_CLAUDE_BIN or run .ci/run)");
-    None
+    crate::installed_cli(
+        "claude",
+        "TURNSTILE_CLAUDE_BIN",
+        "target/clis/node_modules/@anthropic-ai/claude-code-linux-x64/claude",
+    )
 }
 
 /// A configuration with one `claude` agent talking to `fake`; `server` and `agent`

@@ -14,23 +14,7 @@ pub const INSTALLED: &str =
 
 /// The `codex` binary, or `None` (with a note) outside CI when it is not installed.
 pub fn codex_bin() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("TURNSTILE_CODEX_BIN").map(PathBuf::from)
-        && path.exists()
-    {
-        return Some(path);
-    }
-    let installed = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join(INSTALLED);
-    if installed.exists() {
-        return Some(installed);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "the codex CLI is missing: .ci/run installs it; or set TURNSTILE_CODEX_BIN"
-    );
-    eprintln!("skipped: no codex CLI (set TURNSTILE_CODEX_BIN or run .ci/run)");
-    None
+    crate::installed_cli("codex", "TURNSTILE_CODEX_BIN", INSTALLED)
 }
 
 /// A configuration with one `codex` agent talking to `fake`; `server` and `agent` add

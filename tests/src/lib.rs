@@ -534,3 +534,26 @@ pub async fn reattach_to_a_long_run(server: &Server, repeats: usize) -> (Vec<Dur
     times.sort();
     (times, frames)
 }
+
+/// A CLI the tests run: `$variable` when it names a file, else `installed` (relative to
+/// the repository, where `.ci/run` puts it). Outside CI a missing CLI is `None` with a
+/// note; under CI (`CI` set) it fails the test, never skips it.
+pub fn installed_cli(name: &str, variable: &str, installed: &str) -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os(variable).map(PathBuf::from)
+        && path.exists()
+    {
+        return Some(path);
+    }
+    let installed = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(installed);
+    if installed.exists() {
+        return Some(installed);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "the {name} CLI is missing: .ci/run installs it; or set {variable}"
+    );
+    eprintln!("skipped: no {name} CLI (set {variable} or run .ci/run)");
+    None
+}
