@@ -13,6 +13,7 @@
 pub mod codec;
 pub mod event;
 pub mod ids;
+mod journal;
 pub mod limits;
 pub mod portable;
 mod store;
@@ -22,9 +23,10 @@ pub mod verify;
 pub use codec::{FORMAT_VERSION, Hash, RecordBody};
 pub use event::{Event, RunEvent, ToolCall, Warning};
 pub use ids::{EventIndex, IdError, JournalPos, RunId, Seq, SessionId};
+pub use journal::{AppendResult, Journal, QueuedAppend, Records};
 pub use store::{
-    AgentRun, AppendQueueFull, Conflict, Expected, IndexedStatus, Journal, JournalOptions,
-    Recorded, SYNC_BUCKETS_US, SessionEntry, StatsSnapshot,
+    AgentRun, AppendQueueFull, Conflict, Expected, IndexedStatus, JournalOptions, Recorded,
+    SYNC_BUCKETS_US, SessionEntry, StatsSnapshot,
 };
 pub use subscription::Subscription;
 pub use verify::{Corruption, VerifyReport};

@@ -38,7 +38,6 @@ use crate::codec::{self, Hash, Run, Segment};
 use crate::event::Event;
 use crate::ids::{JournalPos, RunId, Seq, SessionId};
 use crate::limits;
-use crate::subscription::Subscription;
 
 /// An event as committed: where it is and what it links to.
 #[derive(Debug, Clone, PartialEq)]
@@ -98,7 +97,7 @@ pub struct Conflict {
     pub actual: Seq,
 }
 
-/// [`Journal::append_in_order`] found the append queue full: an expected outcome of
+/// [`crate::Journal::append_in_order`] found the append queue full: an expected outcome of
 /// overload, not a fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -235,9 +234,10 @@ pub(crate) struct Tail {
     len: usize,
 }
 
-/// The event journal: cheap to clone, one per data directory per process.
+/// The sled backend of the event journal: cheap to clone, one per data directory per
+/// process.
 #[derive(Clone)]
-pub struct Journal {
+pub(crate) struct SledJournal {
     inner: Arc<Inner>,
 }
 
@@ -775,10 +775,10 @@ fn now_us() -> i64 {
         .unwrap_or(0)
 }
 
-impl Journal {
+impl SledJournal {
     /// Opens (or creates) the journal in `dir`. Fails with [`Error::Locked`] when
     /// another process holds it.
-    pub fn open(dir: &Path, options: JournalOptions) -> Result<Journal, Error> {
+    pub fn open(dir: &Path, options: JournalOptions) -> Result<SledJournal, Error> {
         std::fs::create_dir_all(dir)?;
         let db = open_sled(dir, &options)?;
         let tree = db.open_tree("journal")?;
@@ -841,7 +841,7 @@ impl Journal {
                 // The committer dropped its sender: the sync thread answers what is left, then ends.
                 let _ = sync_thread.join();
             })?;
-        Ok(Journal {
+        Ok(SledJournal {
             inner: Arc::new(Inner {
                 stats,
                 path: dir.to_path_buf(),
@@ -906,7 +906,7 @@ impl Journal {
         answer.await.map_err(|_| Error::Stopped)?
     }
 
-    /// [`Journal::append`], but the request is queued before this returns, so appends
+    /// [`SledJournal::append`], but the request is queued before this returns, so appends
     /// made one after the other (by one actor, say) are journaled in that order,
     /// whenever their futures are polled. With the append queue full
     /// ([`limits::APPEND_QUEUE_REQUESTS_MAX`] requests waiting) the append is refused
@@ -929,7 +929,7 @@ impl Journal {
         }
     }
 
-    /// [`Journal::append`] for threads outside an async runtime.
+    /// [`SledJournal::append`] for threads outside an async runtime.
     pub fn append_blocking(
         &self,
         session_id: &SessionId,
@@ -1085,7 +1085,7 @@ impl Journal {
     ) -> impl Iterator<Item = Result<AgentRun, Error>> + use<> {
         let durable = self.next_pos();
         let scan = self.inner.tree.scan_prefix(agent_runs_prefix(agent_id));
-        let entries: Box<dyn Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>> =
+        let entries: Box<dyn Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>> + Send> =
             if newest_first {
                 Box::new(scan.rev())
             } else {
@@ -1142,10 +1142,9 @@ impl Journal {
             .transpose()
     }
 
-    /// A live subscription to every record from `from` on. It never blocks writers: a
-    /// reader that falls behind the bounded channel re-reads from the journal.
-    pub fn subscribe_from(&self, from: JournalPos) -> Subscription {
-        Subscription::new(self.clone(), self.inner.live.subscribe(), from)
+    /// The live feed of durable records, for a [`crate::Subscription`].
+    pub fn live(&self) -> broadcast::Receiver<Arc<Recorded>> {
+        self.inner.live.subscribe()
     }
 
     pub(crate) fn tree(&self) -> &sled::Tree {

@@ -11,8 +11,9 @@ use tokio::sync::broadcast;
 
 use crate::Error;
 use crate::ids::JournalPos;
+use crate::journal::Journal;
 use crate::limits::SUBSCRIPTION_REFILL_RECORDS;
-use crate::store::{Journal, Recorded};
+use crate::store::Recorded;
 
 /// See the module documentation.
 pub struct Subscription {

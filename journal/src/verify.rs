@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use crate::Error;
 use crate::codec::{self, Hash, Run};
 use crate::ids::{JournalPos, Seq, SessionId};
-use crate::store::{self, INDEX, Journal, LOG};
+use crate::store::{self, INDEX, LOG, SledJournal};
 
 /// What a sound journal holds.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -35,7 +35,7 @@ pub struct Corruption {
     pub reason: String,
 }
 
-impl Journal {
+impl SledJournal {
     /// Checks every record; `progress` is called with the number of records checked so
     /// far, every few thousand records. The outer error is an I/O fault. Appends made
     /// while it runs are checked as far as the walk reaches them; the session index is

@@ -1,0 +1,258 @@
+//! [`Journal`], the type everyone names, over a storage backend.
+//!
+//! The backend is sled (embedded, one process: the default) or, later in this file's
+//! history, PostgreSQL. What is the same on every backend lives here or in the modules
+//! this one calls (the record codec, subscriptions, the neutral checks); each backend
+//! stores records, keeps its indexes and answers reads.
+
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+
+use crate::Error;
+use crate::event::Event;
+use crate::ids::{JournalPos, RunId, Seq, SessionId};
+use crate::store::{
+    AgentRun, AppendQueueFull, Conflict, Expected, JournalOptions, Recorded, SessionEntry,
+    SledJournal, StatsSnapshot,
+};
+use crate::subscription::Subscription;
+use crate::verify::{Corruption, VerifyReport};
+
+/// What an append answers: the records as committed, or a sequence conflict (the inner
+/// error); the outer error is a fault.
+pub type AppendResult = Result<Result<Vec<std::sync::Arc<Recorded>>, Conflict>, Error>;
+
+/// An append queued in order, to be awaited.
+pub type QueuedAppend = Pin<Box<dyn Future<Output = AppendResult> + Send + 'static>>;
+
+/// A read of records, in order.
+pub type Records = Box<dyn Iterator<Item = Result<Recorded, Error>> + Send>;
+
+/// The event journal: cheap to clone, one per data directory (or database) per process.
+#[derive(Clone)]
+pub struct Journal {
+    backend: Backend,
+}
+
+#[derive(Clone)]
+enum Backend {
+    Sled(SledJournal),
+}
+
+impl Journal {
+    /// Opens (or creates) the sled journal in `dir`. Fails with [`Error::Locked`] when
+    /// another process holds it.
+    pub fn open(dir: &Path, options: JournalOptions) -> Result<Journal, Error> {
+        Ok(Journal {
+            backend: Backend::Sled(SledJournal::open(dir, options)?),
+        })
+    }
+
+    /// Counters since the journal was opened.
+    pub fn stats(&self) -> StatsSnapshot {
+        match &self.backend {
+            Backend::Sled(sled) => sled.stats(),
+        }
+    }
+
+    /// The data directory of a sled journal.
+    pub fn path(&self) -> &Path {
+        match &self.backend {
+            Backend::Sled(sled) => sled.path(),
+        }
+    }
+
+    /// Appends `events` to the session's stream, atomically, and returns once they are
+    /// durable. The outer error is a fault; the inner one a sequence conflict.
+    pub async fn append(
+        &self,
+        session_id: &SessionId,
+        expected: Expected,
+        events: Vec<Event>,
+    ) -> AppendResult {
+        match &self.backend {
+            Backend::Sled(sled) => sled.append(session_id, expected, events).await,
+        }
+    }
+
+    /// [`Journal::append`], but the request is queued before this returns, so appends
+    /// made one after the other (by one actor, say) are journaled in that order,
+    /// whenever their futures are polled. With the append queue full
+    /// ([`crate::limits::APPEND_QUEUE_REQUESTS_MAX`] requests waiting) the append is
+    /// refused rather than queued out of order.
+    pub fn append_in_order(
+        &self,
+        session_id: &SessionId,
+        expected: Expected,
+        events: Vec<Event>,
+    ) -> Result<Result<QueuedAppend, AppendQueueFull>, Error> {
+        match &self.backend {
+            Backend::Sled(sled) => Ok(sled
+                .append_in_order(session_id, expected, events)?
+                .map(|queued| Box::pin(queued) as QueuedAppend)),
+        }
+    }
+
+    /// [`Journal::append`] for threads outside an async runtime.
+    pub fn append_blocking(
+        &self,
+        session_id: &SessionId,
+        expected: Expected,
+        events: Vec<Event>,
+    ) -> AppendResult {
+        match &self.backend {
+            Backend::Sled(sled) => sled.append_blocking(session_id, expected, events),
+        }
+    }
+
+    /// Encoded bytes of one event at most (`JournalOptions::max_event_bytes`).
+    pub fn max_event_bytes(&self) -> usize {
+        match &self.backend {
+            Backend::Sled(sled) => sled.max_event_bytes(),
+        }
+    }
+
+    /// The position the next durable record will get (= number of records).
+    pub fn next_pos(&self) -> JournalPos {
+        match &self.backend {
+            Backend::Sled(sled) => sled.next_pos(),
+        }
+    }
+
+    /// Reads one record by global position.
+    pub fn get(&self, pos: JournalPos) -> Result<Option<Recorded>, Error> {
+        match &self.backend {
+            Backend::Sled(sled) => sled.get(pos),
+        }
+    }
+
+    /// One session's stream from `from` on, in order.
+    pub fn read_session(&self, session_id: &SessionId, from: Seq) -> Records {
+        match &self.backend {
+            Backend::Sled(sled) => Box::new(sled.read_session(session_id, from)),
+        }
+    }
+
+    /// The whole journal from `from` on, in global order.
+    pub fn read_from(&self, from: JournalPos) -> Records {
+        match &self.backend {
+            Backend::Sled(sled) => Box::new(sled.read_from(from)),
+        }
+    }
+
+    /// The next sequence of a session's stream (0 for a session with no events).
+    pub fn session_next_seq(&self, session_id: &SessionId) -> Result<Seq, Error> {
+        match &self.backend {
+            Backend::Sled(sled) => sled.session_next_seq(session_id),
+        }
+    }
+
+    /// The session a run belongs to, if the run was ever queued.
+    pub fn session_of_run(&self, run_id: &RunId) -> Result<Option<SessionId>, Error> {
+        match &self.backend {
+            Backend::Sled(sled) => sled.session_of_run(run_id),
+        }
+    }
+
+    /// A session's runs, oldest first, with the sequence each was queued at (none of a
+    /// deleted session's; a session id used again lists only its new runs).
+    pub fn session_runs(&self, session_id: &SessionId) -> Result<Vec<(Seq, RunId)>, Error> {
+        match &self.backend {
+            Backend::Sled(sled) => sled.session_runs(session_id),
+        }
+    }
+
+    /// How many runs an agent has with each status, in [`crate::IndexedStatus`] order
+    /// (kept as runs change; counts runs applied and not yet durable too).
+    pub fn agent_run_counts(&self, agent_id: &str) -> [u64; 5] {
+        match &self.backend {
+            Backend::Sled(sled) => sled.agent_run_counts(agent_id),
+        }
+    }
+
+    /// An agent's runs in the order they were queued (newest first when `newest_first`),
+    /// from the run index (no stream is read), with each run's status; none of a deleted
+    /// session's.
+    pub fn agent_runs(
+        &self,
+        agent_id: &str,
+        newest_first: bool,
+    ) -> Box<dyn Iterator<Item = Result<AgentRun, Error>> + Send> {
+        match &self.backend {
+            Backend::Sled(sled) => Box::new(sled.agent_runs(agent_id, newest_first)),
+        }
+    }
+
+    /// Runs that have been queued and have not ended, with their sessions: what
+    /// recovery must resolve after a restart.
+    pub fn open_runs(&self) -> Result<Vec<(RunId, SessionId)>, Error> {
+        match &self.backend {
+            Backend::Sled(sled) => sled.open_runs(),
+        }
+    }
+
+    /// Every session that exists (created and not deleted), in id order.
+    pub fn sessions(&self) -> Result<Vec<SessionEntry>, Error> {
+        match &self.backend {
+            Backend::Sled(sled) => sled.sessions(),
+        }
+    }
+
+    /// The run an idempotency key was bound to, if any.
+    pub fn run_of_idempotency_key(&self, key: &str) -> Result<Option<RunId>, Error> {
+        match &self.backend {
+            Backend::Sled(sled) => sled.run_of_idempotency_key(key),
+        }
+    }
+
+    /// A live subscription to every record from `from` on. It never blocks writers: a
+    /// reader that falls behind the bounded channel re-reads from the journal.
+    pub fn subscribe_from(&self, from: JournalPos) -> Subscription {
+        let live = match &self.backend {
+            Backend::Sled(sled) => sled.live(),
+        };
+        Subscription::new(self.clone(), live, from)
+    }
+
+    /// Stores a projection (derived data, rebuildable from the events: written without
+    /// a sync; `journal rebuild` compares it with a fresh fold).
+    pub fn put_projection(&self, key: &str, value: &[u8]) -> Result<(), Error> {
+        match &self.backend {
+            Backend::Sled(sled) => sled.put_projection(key, value),
+        }
+    }
+
+    /// A stored projection.
+    pub fn get_projection(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
+        match &self.backend {
+            Backend::Sled(sled) => sled.get_projection(key),
+        }
+    }
+
+    /// Every stored projection, in key order.
+    pub fn projections(&self) -> Result<Vec<(String, Vec<u8>)>, Error> {
+        match &self.backend {
+            Backend::Sled(sled) => sled.projections(),
+        }
+    }
+
+    /// Checks every record; `progress` is called with the number of records checked so
+    /// far, every few thousand records. The outer error is an I/O fault. Appends made
+    /// while it runs are checked as far as the walk reaches them.
+    pub fn verify(
+        &self,
+        progress: impl FnMut(u64),
+    ) -> Result<Result<VerifyReport, Corruption>, Error> {
+        match &self.backend {
+            Backend::Sled(sled) => sled.verify(progress),
+        }
+    }
+
+    /// Stops accepting appends after answering every queued one, and flushes.
+    pub fn close(&self) -> Result<(), Error> {
+        match &self.backend {
+            Backend::Sled(sled) => sled.close(),
+        }
+    }
+}
