@@ -162,7 +162,6 @@ fn raw_db(dir: &Path) -> (sled::Db, sled::Tree, File) {
 /// link included), so both sides move the same bytes.
 fn raw_value() -> Vec<u8> {
     let body = turnstile_journal::RecordBody {
-        pos: turnstile_journal::JournalPos(1_000_000),
         session_id: SessionId::parse("s100").unwrap(),
         seq: turnstile_journal::Seq(1000),
         ts_us: 1_796_000_000_000_000,

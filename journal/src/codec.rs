@@ -15,9 +15,11 @@ use crate::ids::{JournalPos, Seq, SessionId};
 use crate::limits::{EVENT_BYTES_CEILING, INLINE_EVENT_BYTES_MAX, RECORD_BYTES_MAX};
 
 /// The record format this build writes and the only one it reads. Version 2: typed run
-/// events (issue 12). bincode 2 is unmaintained (RUSTSEC-2025-0141); moving off it means
-/// version 3.
-pub const FORMAT_VERSION: u8 = 2;
+/// events (issue 12). Version 3: the global position is not in the body, so a record
+/// and its session's chain hash the same on every backend and move between them
+/// unchanged (issue 16); the store gives a record its position. bincode 2 is
+/// unmaintained (RUSTSEC-2025-0141); moving off it means version 4.
+pub const FORMAT_VERSION: u8 = 3;
 
 /// Bytes before the body: version and checksum.
 pub const HEADER_BYTES: usize = 5;
@@ -28,8 +30,6 @@ pub type Hash = [u8; 32];
 /// Everything a record says, before encoding.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RecordBody {
-    /// Global position across the journal.
-    pub pos: JournalPos,
     /// The session stream the record belongs to.
     pub session_id: SessionId,
     /// Position in that stream.
@@ -84,7 +84,6 @@ pub enum DecodeError {
 /// the event's own bytes gives exactly the bytes of the whole body.
 #[derive(Serialize)]
 struct HeaderRef<'a> {
-    pos: JournalPos,
     session_id: &'a SessionId,
     seq: Seq,
     ts_us: i64,
@@ -154,7 +153,6 @@ pub fn decode_apart(digest: &Hash, bytes: &[u8]) -> Result<Event, String> {
 
 /// Encodes a record from its header fields and an encoded event.
 pub fn encode_parts(
-    pos: JournalPos,
     session_id: &SessionId,
     seq: Seq,
     ts_us: i64,
@@ -164,7 +162,6 @@ pub fn encode_parts(
     let mut bytes = Vec::with_capacity(HEADER_BYTES + 80 + event_bytes.len());
     bytes.extend_from_slice(&[FORMAT_VERSION, 0, 0, 0, 0]);
     let header = HeaderRef {
-        pos,
         session_id,
         seq,
         ts_us,
@@ -187,7 +184,6 @@ pub fn encode_parts(
 pub fn encode(body: &RecordBody) -> Result<Vec<u8>, String> {
     let event = bincode::serde::encode_to_vec(&body.event, config()).map_err(|e| e.to_string())?;
     encode_parts(
-        body.pos,
         &body.session_id,
         body.seq,
         body.ts_us,

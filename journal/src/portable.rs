@@ -207,6 +207,7 @@ fn import_into(
             continue;
         }
         let Checked {
+            pos,
             body,
             encoded,
             bytes,
@@ -229,7 +230,7 @@ fn import_into(
             &tree,
             &mut pending.batch,
             &mut pending.staged_runs,
-            (&body.session_id, body.pos, body.seq, body.ts_us),
+            (&body.session_id, pos, body.seq, body.ts_us),
             &body.event,
         );
         match pending.manifest.last_mut() {
@@ -276,6 +277,8 @@ fn import_into(
 /// One exported line, checked: its record body, its event's encoding and the record's
 /// bytes.
 struct Checked {
+    /// Its global position.
+    pos: JournalPos,
     body: codec::RecordBody,
     encoded: codec::EncodedEvent,
     bytes: Vec<u8>,
@@ -322,7 +325,6 @@ impl Checker {
             ));
         }
         let body = codec::RecordBody {
-            pos: JournalPos(exported.pos),
             session_id: exported.session_id.clone(),
             seq: Seq(exported.seq),
             ts_us: exported.ts_us,
@@ -333,7 +335,6 @@ impl Checker {
         // so the record, and its hash, are the same.
         let encoded = codec::encode_event(body.event.clone(), limits::EVENT_BYTES_CEILING)?;
         let bytes = codec::encode_parts(
-            body.pos,
             &body.session_id,
             body.seq,
             body.ts_us,
@@ -351,6 +352,7 @@ impl Checker {
             .insert(body.session_id.clone(), (body.seq.0 + 1, hash));
         self.next_pos += 1;
         Ok(Checked {
+            pos: JournalPos(exported.pos),
             body,
             encoded,
             bytes,

@@ -61,10 +61,14 @@ pub struct Recorded {
 }
 
 impl Recorded {
-    fn from_bytes(bytes: &[u8]) -> Result<Recorded, codec::DecodeError> {
+    /// Decodes a record's bytes found at global position `pos`.
+    pub(crate) fn from_bytes(
+        bytes: &[u8],
+        pos: JournalPos,
+    ) -> Result<Recorded, codec::DecodeError> {
         let body = codec::decode(bytes)?;
         Ok(Recorded {
-            pos: body.pos,
+            pos,
             session_id: body.session_id,
             seq: body.seq,
             ts_us: body.ts_us,
@@ -1258,7 +1262,7 @@ fn record_in(
             pos,
             reason: format!("record missing from the segment at {first_pos}"),
         })?;
-    decode_record(tree, bytes, Some(pos))
+    decode_record(tree, bytes, pos)
 }
 
 /// The runs of a session's records that end past `from`, in sequence order: the
@@ -1355,14 +1359,10 @@ fn rebuild_tail(tree: &sled::Tree) -> Result<Tail, Error> {
     Ok(tail)
 }
 
-/// Decodes a record; with `expected`, also checks that it is at that global position.
-fn decode_record(
-    tree: &sled::Tree,
-    bytes: &[u8],
-    expected: Option<JournalPos>,
-) -> Result<Recorded, Error> {
-    let mut record = Recorded::from_bytes(bytes).map_err(|error| Error::Corrupt {
-        pos: expected.unwrap_or_default(),
+/// Decodes the record stored at global position `pos`.
+fn decode_record(tree: &sled::Tree, bytes: &[u8], pos: JournalPos) -> Result<Recorded, Error> {
+    let mut record = Recorded::from_bytes(bytes, pos).map_err(|error| Error::Corrupt {
+        pos,
         reason: error.to_string(),
     })?;
     if let Event::StoredApart { digest, .. } = &record.event {
@@ -1376,14 +1376,6 @@ fn decode_record(
         let event = codec::decode_apart(digest, &stored).map_err(corrupt)?;
         record.size_bytes += stored.len();
         record.event = event;
-    }
-    if let Some(pos) = expected
-        && record.pos != pos
-    {
-        return Err(Error::Corrupt {
-            pos,
-            reason: format!("record says position {}", record.pos),
-        });
     }
     Ok(record)
 }
@@ -1820,7 +1812,6 @@ impl Committer {
         let mut pos = self.next_pos;
         for event in &events {
             let bytes = codec::encode_parts(
-                JournalPos(pos),
                 session_id,
                 head.next_seq,
                 ts_us,

@@ -98,20 +98,18 @@ impl SledJournal {
                         }
                         report.bytes += stored.len() as u64;
                     }
-                    if body.pos != pos {
-                        return bad(
-                            pos,
-                            format!(
-                                "record stored for this position says position {} (moved)",
-                                body.pos
-                            ),
-                        );
-                    }
                     if &body.session_id != name || body.seq != seq {
+                        // A record of the same session elsewhere in its stream was moved
+                        // (or one before it removed); one of another session was spliced in.
+                        let how = if &body.session_id == name {
+                            "moved"
+                        } else {
+                            "spliced"
+                        };
                         return bad(
                             pos,
                             format!(
-                                "record stored as session {name} sequence {seq} says session {} sequence {} (spliced)",
+                                "record stored as session {name} sequence {seq} says session {} sequence {} ({how})",
                                 body.session_id, body.seq
                             ),
                         );
