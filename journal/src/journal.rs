@@ -12,6 +12,7 @@ use std::pin::Pin;
 use crate::Error;
 use crate::event::Event;
 use crate::ids::{JournalPos, RunId, Seq, SessionId};
+use crate::postgres::{PgJournal, PostgresOptions};
 use crate::store::{
     AgentRun, AppendQueueFull, Conflict, Expected, JournalOptions, Recorded, SessionEntry,
     SledJournal, StatsSnapshot,
@@ -38,6 +39,7 @@ pub struct Journal {
 #[derive(Clone)]
 enum Backend {
     Sled(SledJournal),
+    Postgres(PgJournal),
 }
 
 impl Journal {
@@ -49,17 +51,35 @@ impl Journal {
         })
     }
 
+    /// Connects to (and creates or migrates) the PostgreSQL journal at `options.url`,
+    /// which several processes may share.
+    pub fn open_postgres(
+        options: &PostgresOptions,
+        journal_options: JournalOptions,
+    ) -> Result<Journal, Error> {
+        Ok(Journal {
+            backend: Backend::Postgres(PgJournal::open(options, &journal_options)?),
+        })
+    }
+
+    /// Where the journal is: its data directory, or the database (without a password).
+    pub fn location(&self) -> String {
+        match &self.backend {
+            Backend::Sled(sled) => sled.path().display().to_string(),
+            Backend::Postgres(pg) => pg.describe().to_owned(),
+        }
+    }
+
+    /// Whether it is the PostgreSQL backend.
+    pub fn is_postgres(&self) -> bool {
+        matches!(self.backend, Backend::Postgres(_))
+    }
+
     /// Counters since the journal was opened.
     pub fn stats(&self) -> StatsSnapshot {
         match &self.backend {
             Backend::Sled(sled) => sled.stats(),
-        }
-    }
-
-    /// The data directory of a sled journal.
-    pub fn path(&self) -> &Path {
-        match &self.backend {
-            Backend::Sled(sled) => sled.path(),
+            Backend::Postgres(pg) => pg.stats(),
         }
     }
 
@@ -73,6 +93,7 @@ impl Journal {
     ) -> AppendResult {
         match &self.backend {
             Backend::Sled(sled) => sled.append(session_id, expected, events).await,
+            Backend::Postgres(pg) => pg.append(session_id, expected, events).await,
         }
     }
 
@@ -91,6 +112,9 @@ impl Journal {
             Backend::Sled(sled) => Ok(sled
                 .append_in_order(session_id, expected, events)?
                 .map(|queued| Box::pin(queued) as QueuedAppend)),
+            Backend::Postgres(pg) => Ok(pg
+                .append_in_order(session_id, expected, events)?
+                .map(|queued| Box::pin(queued) as QueuedAppend)),
         }
     }
 
@@ -103,6 +127,7 @@ impl Journal {
     ) -> AppendResult {
         match &self.backend {
             Backend::Sled(sled) => sled.append_blocking(session_id, expected, events),
+            Backend::Postgres(pg) => pg.append_blocking(session_id, expected, events),
         }
     }
 
@@ -110,6 +135,7 @@ impl Journal {
     pub fn max_event_bytes(&self) -> usize {
         match &self.backend {
             Backend::Sled(sled) => sled.max_event_bytes(),
+            Backend::Postgres(pg) => pg.max_event_bytes(),
         }
     }
 
@@ -117,6 +143,7 @@ impl Journal {
     pub fn next_pos(&self) -> JournalPos {
         match &self.backend {
             Backend::Sled(sled) => sled.next_pos(),
+            Backend::Postgres(pg) => pg.next_pos(),
         }
     }
 
@@ -124,6 +151,7 @@ impl Journal {
     pub fn get(&self, pos: JournalPos) -> Result<Option<Recorded>, Error> {
         match &self.backend {
             Backend::Sled(sled) => sled.get(pos),
+            Backend::Postgres(pg) => pg.get(pos),
         }
     }
 
@@ -131,6 +159,7 @@ impl Journal {
     pub fn read_session(&self, session_id: &SessionId, from: Seq) -> Records {
         match &self.backend {
             Backend::Sled(sled) => Box::new(sled.read_session(session_id, from)),
+            Backend::Postgres(pg) => Box::new(pg.read_session(session_id, from)),
         }
     }
 
@@ -138,6 +167,7 @@ impl Journal {
     pub fn read_from(&self, from: JournalPos) -> Records {
         match &self.backend {
             Backend::Sled(sled) => Box::new(sled.read_from(from)),
+            Backend::Postgres(pg) => Box::new(pg.read_from(from)),
         }
     }
 
@@ -145,6 +175,7 @@ impl Journal {
     pub fn session_next_seq(&self, session_id: &SessionId) -> Result<Seq, Error> {
         match &self.backend {
             Backend::Sled(sled) => sled.session_next_seq(session_id),
+            Backend::Postgres(pg) => pg.session_next_seq(session_id),
         }
     }
 
@@ -152,6 +183,7 @@ impl Journal {
     pub fn session_of_run(&self, run_id: &RunId) -> Result<Option<SessionId>, Error> {
         match &self.backend {
             Backend::Sled(sled) => sled.session_of_run(run_id),
+            Backend::Postgres(pg) => pg.session_of_run(run_id),
         }
     }
 
@@ -160,6 +192,7 @@ impl Journal {
     pub fn session_runs(&self, session_id: &SessionId) -> Result<Vec<(Seq, RunId)>, Error> {
         match &self.backend {
             Backend::Sled(sled) => sled.session_runs(session_id),
+            Backend::Postgres(pg) => pg.session_runs(session_id),
         }
     }
 
@@ -168,6 +201,7 @@ impl Journal {
     pub fn agent_run_counts(&self, agent_id: &str) -> [u64; 5] {
         match &self.backend {
             Backend::Sled(sled) => sled.agent_run_counts(agent_id),
+            Backend::Postgres(pg) => pg.agent_run_counts(agent_id),
         }
     }
 
@@ -181,6 +215,7 @@ impl Journal {
     ) -> Box<dyn Iterator<Item = Result<AgentRun, Error>> + Send> {
         match &self.backend {
             Backend::Sled(sled) => Box::new(sled.agent_runs(agent_id, newest_first)),
+            Backend::Postgres(pg) => Box::new(pg.agent_runs(agent_id, newest_first)),
         }
     }
 
@@ -189,6 +224,7 @@ impl Journal {
     pub fn open_runs(&self) -> Result<Vec<(RunId, SessionId)>, Error> {
         match &self.backend {
             Backend::Sled(sled) => sled.open_runs(),
+            Backend::Postgres(pg) => pg.open_runs(),
         }
     }
 
@@ -196,6 +232,7 @@ impl Journal {
     pub fn sessions(&self) -> Result<Vec<SessionEntry>, Error> {
         match &self.backend {
             Backend::Sled(sled) => sled.sessions(),
+            Backend::Postgres(pg) => pg.sessions(),
         }
     }
 
@@ -203,6 +240,7 @@ impl Journal {
     pub fn run_of_idempotency_key(&self, key: &str) -> Result<Option<RunId>, Error> {
         match &self.backend {
             Backend::Sled(sled) => sled.run_of_idempotency_key(key),
+            Backend::Postgres(pg) => pg.run_of_idempotency_key(key),
         }
     }
 
@@ -211,6 +249,7 @@ impl Journal {
     pub fn subscribe_from(&self, from: JournalPos) -> Subscription {
         let live = match &self.backend {
             Backend::Sled(sled) => sled.live(),
+            Backend::Postgres(pg) => pg.live(),
         };
         Subscription::new(self.clone(), live, from)
     }
@@ -220,6 +259,7 @@ impl Journal {
     pub fn put_projection(&self, key: &str, value: &[u8]) -> Result<(), Error> {
         match &self.backend {
             Backend::Sled(sled) => sled.put_projection(key, value),
+            Backend::Postgres(pg) => pg.put_projection(key, value),
         }
     }
 
@@ -227,6 +267,7 @@ impl Journal {
     pub fn get_projection(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
         match &self.backend {
             Backend::Sled(sled) => sled.get_projection(key),
+            Backend::Postgres(pg) => pg.get_projection(key),
         }
     }
 
@@ -234,6 +275,7 @@ impl Journal {
     pub fn projections(&self) -> Result<Vec<(String, Vec<u8>)>, Error> {
         match &self.backend {
             Backend::Sled(sled) => sled.projections(),
+            Backend::Postgres(pg) => pg.projections(),
         }
     }
 
@@ -246,6 +288,7 @@ impl Journal {
     ) -> Result<Result<VerifyReport, Corruption>, Error> {
         match &self.backend {
             Backend::Sled(sled) => sled.verify(progress),
+            Backend::Postgres(pg) => pg.verify(progress),
         }
     }
 
@@ -253,6 +296,7 @@ impl Journal {
     pub fn close(&self) -> Result<(), Error> {
         match &self.backend {
             Backend::Sled(sled) => sled.close(),
+            Backend::Postgres(pg) => pg.close(),
         }
     }
 }

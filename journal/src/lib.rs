@@ -16,6 +16,7 @@ pub mod ids;
 mod journal;
 pub mod limits;
 pub mod portable;
+mod postgres;
 mod store;
 mod subscription;
 pub mod verify;
@@ -24,6 +25,7 @@ pub use codec::{FORMAT_VERSION, Hash, RecordBody};
 pub use event::{Event, RunEvent, ToolCall, Warning};
 pub use ids::{EventIndex, IdError, JournalPos, RunId, Seq, SessionId};
 pub use journal::{AppendResult, Journal, QueuedAppend, Records};
+pub use postgres::PostgresOptions;
 pub use store::{
     AgentRun, AppendQueueFull, Conflict, Expected, IndexedStatus, JournalOptions, Recorded,
     SYNC_BUCKETS_US, SessionEntry, StatsSnapshot,

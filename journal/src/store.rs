@@ -179,7 +179,7 @@ pub struct JournalStats {
     syncs: AtomicU64,
     sync_us_total: AtomicU64,
     sync_buckets: [AtomicU64; SYNC_BUCKETS_US.len()],
-    records_read: AtomicU64,
+    pub(crate) records_read: AtomicU64,
 }
 
 /// A reading of [`JournalStats`].
@@ -201,7 +201,23 @@ pub struct StatsSnapshot {
 }
 
 impl JournalStats {
-    fn record_sync(&self, micros: u64, appends: u64) {
+    /// A reading, with the journal's record count.
+    pub(crate) fn snapshot(&self, records: u64) -> StatsSnapshot {
+        StatsSnapshot {
+            appends: self.appends.load(Ordering::Relaxed),
+            records,
+            syncs: self.syncs.load(Ordering::Relaxed),
+            sync_us_total: self.sync_us_total.load(Ordering::Relaxed),
+            sync_buckets: self
+                .sync_buckets
+                .iter()
+                .map(|bucket| bucket.load(Ordering::Relaxed))
+                .collect(),
+            records_read: self.records_read.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn record_sync(&self, micros: u64, appends: u64) {
         self.appends.fetch_add(appends, Ordering::Relaxed);
         self.syncs.fetch_add(1, Ordering::Relaxed);
         self.sync_us_total.fetch_add(micros, Ordering::Relaxed);
@@ -620,7 +636,7 @@ fn indexed_status(
 }
 
 /// The status byte of an agent's run index for an event that changes it.
-fn status_byte(event: &Event) -> Option<u8> {
+pub(crate) fn status_byte(event: &Event) -> Option<u8> {
     Some(match event {
         Event::RunQueued { .. } => b'P',
         Event::RunStarted { .. } => b'R',
@@ -647,7 +663,7 @@ pub enum IndexedStatus {
 }
 
 impl IndexedStatus {
-    fn from_byte(byte: u8) -> Option<Self> {
+    pub(crate) fn from_byte(byte: u8) -> Option<Self> {
         Some(match byte {
             b'P' => IndexedStatus::Pending,
             b'R' => IndexedStatus::Running,
@@ -864,19 +880,7 @@ impl SledJournal {
 
     /// Counters since the journal was opened.
     pub fn stats(&self) -> StatsSnapshot {
-        let stats = &self.inner.stats;
-        StatsSnapshot {
-            appends: stats.appends.load(Ordering::Relaxed),
-            records: self.next_pos().0,
-            syncs: stats.syncs.load(Ordering::Relaxed),
-            sync_us_total: stats.sync_us_total.load(Ordering::Relaxed),
-            sync_buckets: stats
-                .sync_buckets
-                .iter()
-                .map(|bucket| bucket.load(Ordering::Relaxed))
-                .collect(),
-            records_read: stats.records_read.load(Ordering::Relaxed),
-        }
+        self.inner.stats.snapshot(self.next_pos().0)
     }
 
     /// The data directory.

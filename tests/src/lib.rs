@@ -10,6 +10,7 @@ pub mod fake_anthropic;
 pub mod fake_openai;
 pub mod loopback;
 pub mod otlp;
+pub mod postgres;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

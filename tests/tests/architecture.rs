@@ -34,9 +34,11 @@ fn allowed(krate: &str) -> &'static [&'static str] {
 }
 
 /// Libraries only one crate may name.
-const RESERVED: [(&str, &str); 4] = [
+const RESERVED: [(&str, &str); 6] = [
     ("sled", "journal"),
     ("bincode", "journal"),
+    ("tokio-postgres", "journal"),
+    ("deadpool-postgres", "journal"),
     ("actix", "actors"),
     ("axum", "gateway"),
 ];

@@ -1,0 +1,1335 @@
+//! The PostgreSQL backend: one journal that several processes can share.
+//!
+//! Records are turnstile's own record bytes (format 3), one row each, keyed by session
+//! and sequence; an append is one call of the `turnstile.append` function (one
+//! statement, one transaction), which checks the stream's head under its row lock and
+//! writes the records and every index they change. Global positions are given after the
+//! writing transaction has finished, by `turnstile.position_records`, in transaction
+//! order and only below the oldest running transaction (its snapshot's xmin): they are
+//! contiguous from 0, and a reader of positions never passes a record that a late
+//! commit would put before it. An append answers once its records are durable and
+//! positioned; reads show positioned records only, so a record is seen in the same place
+//! by every reader of every process (`docs/decisions/0001-postgres-global-positions.md`).
+//!
+//! The rest of turnstile calls the journal synchronously for reads (sled reads are
+//! memory and disk, not network): the queries run on this backend's own small tokio
+//! runtime, and a read waits for its answer on a plain channel, so it works from any
+//! thread, inside another runtime or not.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio::sync::{Notify, broadcast, mpsc, oneshot};
+use tokio_postgres::NoTls;
+
+use crate::Error;
+use crate::codec::{self, Hash};
+use crate::event::Event;
+use crate::ids::{JournalPos, RunId, Seq, SessionId};
+use crate::journal::AppendResult;
+use crate::limits;
+use crate::store::{
+    AgentRun, AppendQueueFull, Conflict, Expected, IndexedStatus, JournalOptions, JournalStats,
+    Recorded, SessionEntry, StatsSnapshot, status_byte,
+};
+use crate::verify::{Corruption, VerifyReport};
+
+/// The schema versions this build knows, in order: (version, description, SQL).
+const MIGRATIONS: &[(i32, &str, &str)] = &[(
+    1,
+    "streams, records, positions, indexes",
+    include_str!("../migrations/0001_journal.sql"),
+)];
+
+/// Records read per query by the paged readers.
+const PAGE_RECORDS: i64 = 1_000;
+/// Records positioned per call of `position_records` at most.
+const POSITION_BATCH: i32 = 10_000;
+/// Appenders, each a connection's worth of appends in order: a session always goes to
+/// the same one, so one session's appends are journaled in the order they were made.
+const APPENDERS: usize = 8;
+/// How often the follower looks for records other processes positioned.
+const FOLLOW_POLL_MS: u64 = 20;
+
+/// Where a PostgreSQL journal is and how to reach it.
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    /// `postgres://user@host:port/database` (or a key=value connection string).
+    pub url: String,
+    /// Connections in the pool.
+    pub pool_size: usize,
+}
+
+impl From<tokio_postgres::Error> for Error {
+    fn from(error: tokio_postgres::Error) -> Self {
+        // The server's own message (with its code) says more than the driver's summary.
+        match error.as_db_error() {
+            Some(db) => Error::Store(format!(
+                "PostgreSQL: {} ({})",
+                db.message(),
+                db.code().code()
+            )),
+            None => Error::Store(format!("PostgreSQL: {error}")),
+        }
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for Error {
+    fn from(error: deadpool_postgres::PoolError) -> Self {
+        match error {
+            deadpool_postgres::PoolError::Backend(error) => error.into(),
+            other => Error::Store(format!("PostgreSQL connection pool: {other}")),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Head {
+    next_seq: Seq,
+    last_hash: Hash,
+}
+
+struct Request {
+    session_id: SessionId,
+    expected: Expected,
+    events: Vec<codec::EncodedEvent>,
+    reply: oneshot::Sender<AppendResult>,
+}
+
+/// The PostgreSQL journal: cheap to clone.
+#[derive(Clone)]
+pub(crate) struct PgJournal {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    runtime: Mutex<Option<tokio::runtime::Runtime>>,
+    handle: tokio::runtime::Handle,
+    pool: Pool,
+    url: String,
+    appenders: Mutex<Option<Vec<mpsc::Sender<Request>>>>,
+    heads: Mutex<HashMap<SessionId, Head>>,
+    next_pos: Arc<AtomicU64>,
+    live: broadcast::Sender<Arc<Recorded>>,
+    /// Wakes the follower after a local append.
+    appended: Arc<Notify>,
+    stats: Arc<JournalStats>,
+    max_event_bytes: usize,
+    closed: AtomicBool,
+}
+
+fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+/// A URL without its password, for messages.
+fn redacted(url: &str) -> String {
+    match tokio_postgres::Config::from_str(url) {
+        Ok(config) => {
+            let host = config
+                .get_hosts()
+                .first()
+                .map(|host| match host {
+                    tokio_postgres::config::Host::Tcp(name) => name.clone(),
+                    tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+                })
+                .unwrap_or_default();
+            let port = config.get_ports().first().copied().unwrap_or(5432);
+            format!(
+                "postgres://{}@{host}:{port}/{}",
+                config.get_user().unwrap_or_default(),
+                config.get_dbname().unwrap_or_default()
+            )
+        }
+        Err(_) => "(an unparsable PostgreSQL URL)".into(),
+    }
+}
+
+impl PgJournal {
+    /// Connects, creates or migrates the schema, and starts the appenders and the
+    /// follower.
+    pub(crate) fn open(
+        options: &PostgresOptions,
+        journal_options: &JournalOptions,
+    ) -> Result<PgJournal, Error> {
+        let config = tokio_postgres::Config::from_str(&options.url)
+            .map_err(|error| Error::Store(format!("the PostgreSQL URL does not parse: {error}")))?;
+        let mut config = config;
+        if config.get_application_name().is_none() {
+            config.application_name("turnstile");
+        }
+        config.connect_timeout(Duration::from_secs(10));
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("journal-postgres")
+            .enable_all()
+            .build()?;
+        let handle = runtime.handle().clone();
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(2))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(|error| Error::Store(format!("PostgreSQL connection pool: {error}")))?;
+        let url = redacted(&options.url);
+        let next_pos = {
+            let pool = pool.clone();
+            let url = url.clone();
+            block_on(&handle, async move {
+                let client = pool.get().await.map_err(|error| {
+                    Error::Store(format!("cannot connect to {url}: {}", Error::from(error)))
+                })?;
+                migrate(&client).await?;
+                let row = client.query_one("SHOW synchronous_commit", &[]).await?;
+                let setting: String = row.get(0);
+                if setting == "off" {
+                    return Err(Error::Store(format!(
+                        "{url} has synchronous_commit = off: a commit would be acknowledged before it is durable"
+                    )));
+                }
+                let row = client
+                    .query_one("SELECT next_pos FROM turnstile.positions", &[])
+                    .await?;
+                Ok(row.get::<_, i64>(0) as u64)
+            })?
+        };
+        let (live, _) = broadcast::channel(limits::LIVE_BROADCAST_RECORDS);
+        let inner = Arc::new(Inner {
+            runtime: Mutex::new(Some(runtime)),
+            handle: handle.clone(),
+            pool,
+            url,
+            appenders: Mutex::new(None),
+            heads: Mutex::new(HashMap::new()),
+            next_pos: Arc::new(AtomicU64::new(next_pos)),
+            live,
+            appended: Arc::new(Notify::new()),
+            stats: Arc::new(JournalStats::default()),
+            max_event_bytes: journal_options
+                .max_event_bytes
+                .min(limits::EVENT_BYTES_CEILING),
+            closed: AtomicBool::new(false),
+        });
+        let mut senders = Vec::with_capacity(APPENDERS);
+        for _ in 0..APPENDERS {
+            let (sender, receiver) = mpsc::channel(limits::APPEND_QUEUE_REQUESTS_MAX / APPENDERS);
+            senders.push(sender);
+            handle.spawn(appender(Arc::downgrade(&inner), receiver));
+        }
+        *inner.appenders.lock().map_err(|_| Error::Stopped)? = Some(senders);
+        handle.spawn(follower(Arc::downgrade(&inner)));
+        Ok(PgJournal { inner })
+    }
+
+    fn block<T: Send + 'static>(
+        &self,
+        future: impl Future<Output = Result<T, Error>> + Send + 'static,
+    ) -> Result<T, Error> {
+        block_on(&self.inner.handle, future)
+    }
+
+    pub(crate) fn describe(&self) -> &str {
+        &self.inner.url
+    }
+
+    pub(crate) fn stats(&self) -> StatsSnapshot {
+        self.inner.stats.snapshot(self.next_pos().0)
+    }
+
+    fn request(
+        &self,
+        session_id: &SessionId,
+        expected: Expected,
+        events: Vec<Event>,
+    ) -> Result<
+        (
+            Request,
+            oneshot::Receiver<AppendResult>,
+            mpsc::Sender<Request>,
+        ),
+        Error,
+    > {
+        let events = events
+            .into_iter()
+            .map(|event| {
+                codec::encode_event(event, self.inner.max_event_bytes).map_err(Error::Encode)
+            })
+            .collect::<Result<_, _>>()?;
+        let (reply, answer) = oneshot::channel();
+        let sender = {
+            let appenders = self.inner.appenders.lock().map_err(|_| Error::Stopped)?;
+            let appenders = appenders.as_ref().ok_or(Error::Stopped)?;
+            appenders[shard(session_id)].clone()
+        };
+        Ok((
+            Request {
+                session_id: session_id.clone(),
+                expected,
+                events,
+                reply,
+            },
+            answer,
+            sender,
+        ))
+    }
+
+    pub(crate) async fn append(
+        &self,
+        session_id: &SessionId,
+        expected: Expected,
+        events: Vec<Event>,
+    ) -> AppendResult {
+        let (request, answer, sender) = self.request(session_id, expected, events)?;
+        sender.send(request).await.map_err(|_| Error::Stopped)?;
+        answer.await.map_err(|_| Error::Stopped)?
+    }
+
+    pub(crate) fn append_in_order(
+        &self,
+        session_id: &SessionId,
+        expected: Expected,
+        events: Vec<Event>,
+    ) -> Result<Result<impl Future<Output = AppendResult> + Send + 'static, AppendQueueFull>, Error>
+    {
+        let (request, answer, sender) = self.request(session_id, expected, events)?;
+        match sender.try_send(request) {
+            Ok(()) => Ok(Ok(async move { answer.await.map_err(|_| Error::Stopped)? })),
+            Err(mpsc::error::TrySendError::Full(_)) => Ok(Err(AppendQueueFull)),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(Error::Stopped),
+        }
+    }
+
+    pub(crate) fn append_blocking(
+        &self,
+        session_id: &SessionId,
+        expected: Expected,
+        events: Vec<Event>,
+    ) -> AppendResult {
+        let (request, answer, sender) = self.request(session_id, expected, events)?;
+        // Sent from this backend's runtime, so a caller inside another runtime may wait.
+        let (done, wait) = std::sync::mpsc::sync_channel(1);
+        self.inner.handle.spawn(async move {
+            let answer = match sender.send(request).await {
+                Ok(()) => answer.await.unwrap_or(Err(Error::Stopped)),
+                Err(_) => Err(Error::Stopped),
+            };
+            let _ = done.send(answer);
+        });
+        wait.recv().map_err(|_| Error::Stopped)?
+    }
+
+    pub(crate) fn max_event_bytes(&self) -> usize {
+        self.inner.max_event_bytes
+    }
+
+    pub(crate) fn next_pos(&self) -> JournalPos {
+        JournalPos(self.inner.next_pos.load(Ordering::SeqCst))
+    }
+
+    pub(crate) fn get(&self, pos: JournalPos) -> Result<Option<Recorded>, Error> {
+        let pool = self.inner.pool.clone();
+        let stats = self.inner.stats.clone();
+        self.block(async move {
+            let client = pool.get().await?;
+            let row = client
+                .query_opt(
+                    "SELECT record FROM turnstile.events WHERE pos = $1",
+                    &[&(pos.0 as i64)],
+                )
+                .await?;
+            match row {
+                None => Ok(None),
+                Some(row) => {
+                    let bytes: Vec<u8> = row.get(0);
+                    stats.records_read.fetch_add(1, Ordering::Relaxed);
+                    decode(&client, &bytes, pos).await.map(Some)
+                }
+            }
+        })
+    }
+
+    pub(crate) fn read_session(
+        &self,
+        session_id: &SessionId,
+        from: Seq,
+    ) -> impl Iterator<Item = Result<Recorded, Error>> + Send + use<> {
+        let this = self.clone();
+        let session = session_id.as_str().to_owned();
+        Paged::new(from.0, move |cursor| {
+            let pool = this.inner.pool.clone();
+            let stats = this.inner.stats.clone();
+            let session = session.clone();
+            this.block(async move {
+                let client = pool.get().await?;
+                let rows = client
+                    .query(
+                        "SELECT seq, pos, record FROM turnstile.events \
+                         WHERE session_id = $1 AND seq >= $2 AND pos IS NOT NULL \
+                         ORDER BY seq LIMIT $3",
+                        &[&session, &(cursor as i64), &PAGE_RECORDS],
+                    )
+                    .await?;
+                let mut page = Vec::with_capacity(rows.len());
+                let mut next = cursor;
+                for row in rows {
+                    let seq: i64 = row.get(0);
+                    let pos: i64 = row.get(1);
+                    let bytes: Vec<u8> = row.get(2);
+                    next = seq as u64 + 1;
+                    page.push(decode(&client, &bytes, JournalPos(pos as u64)).await);
+                }
+                stats
+                    .records_read
+                    .fetch_add(page.len() as u64, Ordering::Relaxed);
+                let done = page.len() < PAGE_RECORDS as usize;
+                Ok((page, next, done))
+            })
+        })
+    }
+
+    pub(crate) fn read_from(
+        &self,
+        from: JournalPos,
+    ) -> impl Iterator<Item = Result<Recorded, Error>> + Send + use<> {
+        let this = self.clone();
+        let durable = self.next_pos().0;
+        Paged::new(from.0, move |cursor| {
+            let pool = this.inner.pool.clone();
+            let stats = this.inner.stats.clone();
+            this.block(async move {
+                let rows = {
+                    let client = pool.get().await?;
+                    client
+                        .query(
+                            "SELECT pos, record FROM turnstile.events \
+                             WHERE pos >= $1 AND pos < $2 ORDER BY pos LIMIT $3",
+                            &[&(cursor as i64), &(durable as i64), &PAGE_RECORDS],
+                        )
+                        .await?
+                };
+                let client = pool.get().await?;
+                let mut page = Vec::with_capacity(rows.len());
+                let mut next = cursor;
+                for row in rows {
+                    let pos: i64 = row.get(0);
+                    let bytes: Vec<u8> = row.get(1);
+                    next = pos as u64 + 1;
+                    page.push(decode(&client, &bytes, JournalPos(pos as u64)).await);
+                }
+                stats
+                    .records_read
+                    .fetch_add(page.len() as u64, Ordering::Relaxed);
+                let done = page.len() < PAGE_RECORDS as usize;
+                Ok((page, next, done))
+            })
+        })
+    }
+
+    pub(crate) fn session_next_seq(&self, session_id: &SessionId) -> Result<Seq, Error> {
+        let pool = self.inner.pool.clone();
+        let session = session_id.as_str().to_owned();
+        self.block(async move {
+            let client = pool.get().await?;
+            let row = client
+                .query_one(
+                    "SELECT coalesce(max(seq) + 1, 0) FROM turnstile.events \
+                     WHERE session_id = $1 AND pos IS NOT NULL",
+                    &[&session],
+                )
+                .await?;
+            Ok(Seq(row.get::<_, i64>(0) as u64))
+        })
+    }
+
+    pub(crate) fn session_of_run(&self, run_id: &RunId) -> Result<Option<SessionId>, Error> {
+        let pool = self.inner.pool.clone();
+        let run = run_id.as_str().to_owned();
+        self.block(async move {
+            let client = pool.get().await?;
+            let row = client
+                .query_opt(
+                    "SELECT session_id FROM turnstile.runs WHERE run_id = $1",
+                    &[&run],
+                )
+                .await?;
+            row.map(|row| stored_id(row.get(0))).transpose()
+        })
+    }
+
+    pub(crate) fn session_runs(&self, session_id: &SessionId) -> Result<Vec<(Seq, RunId)>, Error> {
+        let pool = self.inner.pool.clone();
+        let session = session_id.as_str().to_owned();
+        self.block(async move {
+            let client = pool.get().await?;
+            let rows = client
+                .query(
+                    "SELECT queued_seq, run_id FROM turnstile.runs \
+                     WHERE session_id = $1 AND listed ORDER BY queued_seq",
+                    &[&session],
+                )
+                .await?;
+            rows.into_iter()
+                .map(|row| Ok((Seq(row.get::<_, i64>(0) as u64), stored_id(row.get(1))?)))
+                .collect()
+        })
+    }
+
+    pub(crate) fn agent_run_counts(&self, agent_id: &str) -> [u64; 5] {
+        let pool = self.inner.pool.clone();
+        let agent = agent_id.to_owned();
+        let counted = self.block(async move {
+            let client = pool.get().await?;
+            let rows = client
+                .query(
+                    "SELECT status::text, count(*) FROM turnstile.runs \
+                     WHERE agent_id = $1 AND listed GROUP BY status",
+                    &[&agent],
+                )
+                .await?;
+            let mut counts = [0u64; 5];
+            for row in rows {
+                let status: String = row.get(0);
+                let count: i64 = row.get(1);
+                if let Some(status) = status.bytes().next().and_then(IndexedStatus::from_byte) {
+                    counts[status as usize] = count as u64;
+                }
+            }
+            Ok(counts)
+        });
+        match counted {
+            Ok(counts) => counts,
+            Err(error) => {
+                tracing::error!(%error, "counting an agent's runs failed");
+                [0; 5]
+            }
+        }
+    }
+
+    pub(crate) fn agent_runs(
+        &self,
+        agent_id: &str,
+        newest_first: bool,
+    ) -> impl Iterator<Item = Result<AgentRun, Error>> + Send + use<> {
+        let this = self.clone();
+        let agent = agent_id.to_owned();
+        let durable = self.next_pos().0 as i64;
+        let start = if newest_first { durable } else { -1 };
+        Paged::new(start as u64, move |cursor| {
+            let pool = this.inner.pool.clone();
+            let agent = agent.clone();
+            this.block(async move {
+                let client = pool.get().await?;
+                let cursor = cursor as i64;
+                let rows = if newest_first {
+                    client
+                        .query(
+                            "SELECT queued_pos, session_id, run_id, status::text FROM turnstile.runs \
+                             WHERE agent_id = $1 AND listed AND queued_pos IS NOT NULL AND queued_pos < $2 \
+                             ORDER BY queued_pos DESC LIMIT $3",
+                            &[&agent, &cursor, &PAGE_RECORDS],
+                        )
+                        .await?
+                } else {
+                    client
+                        .query(
+                            "SELECT queued_pos, session_id, run_id, status::text FROM turnstile.runs \
+                             WHERE agent_id = $1 AND listed AND queued_pos IS NOT NULL AND queued_pos > $2 \
+                             AND queued_pos < $3 ORDER BY queued_pos LIMIT $4",
+                            &[&agent, &cursor, &durable, &PAGE_RECORDS],
+                        )
+                        .await?
+                };
+                let done = rows.len() < PAGE_RECORDS as usize;
+                let mut next = cursor;
+                let mut page = Vec::with_capacity(rows.len());
+                for row in rows {
+                    let pos: i64 = row.get(0);
+                    next = pos;
+                    let status: String = row.get(3);
+                    page.push(
+                        status
+                            .bytes()
+                            .next()
+                            .and_then(IndexedStatus::from_byte)
+                            .ok_or_else(|| Error::Store("malformed run status".into()))
+                            .and_then(|status| {
+                                Ok(AgentRun {
+                                    pos: JournalPos(pos as u64),
+                                    session_id: stored_id(row.get(1))?,
+                                    run_id: stored_id(row.get(2))?,
+                                    status,
+                                })
+                            }),
+                    );
+                }
+                Ok((page, next as u64, done))
+            })
+        })
+    }
+
+    pub(crate) fn open_runs(&self) -> Result<Vec<(RunId, SessionId)>, Error> {
+        let pool = self.inner.pool.clone();
+        self.block(async move {
+            let client = pool.get().await?;
+            let rows = client
+                .query(
+                    "SELECT run_id, session_id FROM turnstile.runs WHERE open ORDER BY run_id",
+                    &[],
+                )
+                .await?;
+            rows.into_iter()
+                .map(|row| Ok((stored_id(row.get(0))?, stored_id(row.get(1))?)))
+                .collect()
+        })
+    }
+
+    pub(crate) fn sessions(&self) -> Result<Vec<SessionEntry>, Error> {
+        let pool = self.inner.pool.clone();
+        self.block(async move {
+            let client = pool.get().await?;
+            let rows = client
+                .query(
+                    "SELECT session_id, agent_id, user_id, created_at_us FROM turnstile.sessions \
+                     ORDER BY session_id COLLATE \"C\"",
+                    &[],
+                )
+                .await?;
+            rows.into_iter()
+                .map(|row| {
+                    Ok(SessionEntry {
+                        session_id: stored_id(row.get(0))?,
+                        agent_id: row.get(1),
+                        user_id: row.get(2),
+                        created_at_us: row.get(3),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    pub(crate) fn run_of_idempotency_key(&self, key: &str) -> Result<Option<RunId>, Error> {
+        let pool = self.inner.pool.clone();
+        let key = key.to_owned();
+        self.block(async move {
+            let client = pool.get().await?;
+            let row = client
+                .query_opt(
+                    "SELECT run_id FROM turnstile.idempotency_keys WHERE key = $1",
+                    &[&key],
+                )
+                .await?;
+            row.map(|row| stored_id(row.get(0))).transpose()
+        })
+    }
+
+    pub(crate) fn live(&self) -> broadcast::Receiver<Arc<Recorded>> {
+        self.inner.live.subscribe()
+    }
+
+    pub(crate) fn put_projection(&self, key: &str, value: &[u8]) -> Result<(), Error> {
+        let pool = self.inner.pool.clone();
+        let key = key.to_owned();
+        let value = value.to_vec();
+        self.block(async move {
+            let client = pool.get().await?;
+            client
+                .execute(
+                    "INSERT INTO turnstile.projections (key, value) VALUES ($1, $2) \
+                     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                    &[&key, &value],
+                )
+                .await?;
+            Ok(())
+        })
+    }
+
+    pub(crate) fn get_projection(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
+        let pool = self.inner.pool.clone();
+        let key = key.to_owned();
+        self.block(async move {
+            let client = pool.get().await?;
+            let row = client
+                .query_opt(
+                    "SELECT value FROM turnstile.projections WHERE key = $1",
+                    &[&key],
+                )
+                .await?;
+            Ok(row.map(|row| row.get(0)))
+        })
+    }
+
+    pub(crate) fn projections(&self) -> Result<Vec<(String, Vec<u8>)>, Error> {
+        let pool = self.inner.pool.clone();
+        self.block(async move {
+            let client = pool.get().await?;
+            let rows = client
+                .query(
+                    "SELECT key, value FROM turnstile.projections ORDER BY key COLLATE \"C\"",
+                    &[],
+                )
+                .await?;
+            Ok(rows
+                .into_iter()
+                .map(|row| (row.get(0), row.get(1)))
+                .collect())
+        })
+    }
+
+    /// The neutral checks, over the records in global order: positions from 0 without
+    /// a gap, each record's checksum and format, each session's sequence from 0 and hash
+    /// links; then each stream's stored head against its last record.
+    pub(crate) fn verify(
+        &self,
+        mut progress: impl FnMut(u64),
+    ) -> Result<Result<VerifyReport, Corruption>, Error> {
+        let mut heads: HashMap<SessionId, Head> = HashMap::new();
+        let mut report = VerifyReport::default();
+        let mut expected = JournalPos(0);
+        for record in self.read_from(JournalPos(0)) {
+            let record = match record {
+                Ok(record) => record,
+                Err(Error::Corrupt { pos, reason }) => return Ok(Err(Corruption { pos, reason })),
+                Err(error) => return Err(error),
+            };
+            if record.pos != expected {
+                return Ok(Err(Corruption {
+                    pos: expected,
+                    reason: format!(
+                        "records missing: the next record is at position {}",
+                        record.pos
+                    ),
+                }));
+            }
+            let head = heads.entry(record.session_id.clone()).or_insert(Head {
+                next_seq: Seq(0),
+                last_hash: [0; 32],
+            });
+            if record.seq != head.next_seq {
+                return Ok(Err(Corruption {
+                    pos: record.pos,
+                    reason: format!(
+                        "session {} sequence {} where {} was expected",
+                        record.session_id, record.seq, head.next_seq
+                    ),
+                }));
+            }
+            if record.prev_hash != head.last_hash {
+                return Ok(Err(Corruption {
+                    pos: record.pos,
+                    reason: format!(
+                        "hash link of session {} sequence {} does not match the record before",
+                        record.session_id, record.seq
+                    ),
+                }));
+            }
+            *head = Head {
+                next_seq: record.seq.next(),
+                last_hash: record.hash,
+            };
+            report.events += 1;
+            report.bytes += record.size_bytes as u64;
+            expected = expected.next();
+            if report.events % 4096 == 0 {
+                progress(report.events);
+            }
+        }
+        report.streams = heads.len() as u64;
+        progress(report.events);
+        let pool = self.inner.pool.clone();
+        let durable = expected.0 as i64;
+        let stored: Vec<(String, i64, Vec<u8>)> = self.block(async move {
+            let client = pool.get().await?;
+            // Streams whose records are all positioned (one appended meanwhile is not
+            // in this walk).
+            let rows = client
+                .query(
+                    "SELECT s.session_id, s.next_seq, s.head_hash FROM turnstile.streams s \
+                     WHERE NOT EXISTS (SELECT 1 FROM turnstile.events e WHERE e.session_id = s.session_id \
+                     AND (e.pos IS NULL OR e.pos >= $1))",
+                    &[&durable],
+                )
+                .await?;
+            Ok(rows
+                .into_iter()
+                .map(|row| (row.get(0), row.get(1), row.get(2)))
+                .collect())
+        })?;
+        for (session, next_seq, head_hash) in stored {
+            let session_id: SessionId = stored_id(session)?;
+            let (walked_seq, walked_hash) = heads
+                .get(&session_id)
+                .map(|head| (head.next_seq.0, head.last_hash))
+                .unwrap_or((0, [0; 32]));
+            if next_seq as u64 != walked_seq || head_hash.as_slice() != walked_hash {
+                return Ok(Err(Corruption {
+                    pos: expected,
+                    reason: format!(
+                        "the stored head of session {session_id} (next sequence {next_seq}) does not match its records (next sequence {walked_seq})"
+                    ),
+                }));
+            }
+        }
+        Ok(Ok(report))
+    }
+
+    pub(crate) fn close(&self) -> Result<(), Error> {
+        self.inner.close();
+        Ok(())
+    }
+}
+
+impl Inner {
+    fn close(&self) {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        // Dropping the senders lets each appender answer what it holds and end.
+        if let Ok(mut appenders) = self.appenders.lock() {
+            appenders.take();
+        }
+        self.appended.notify_one();
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.close();
+        self.pool.close();
+        if let Some(runtime) = self.runtime.lock().ok().and_then(|mut r| r.take()) {
+            // On a thread of its own: this may run inside a runtime, even this one.
+            let _ = std::thread::Builder::new()
+                .name("journal-postgres-stop".into())
+                .spawn(move || runtime.shutdown_timeout(Duration::from_secs(5)));
+        }
+    }
+}
+
+/// Runs `future` on the backend's runtime and waits for it on a plain channel.
+fn block_on<T: Send + 'static>(
+    handle: &tokio::runtime::Handle,
+    future: impl Future<Output = Result<T, Error>> + Send + 'static,
+) -> Result<T, Error> {
+    let (done, wait) = std::sync::mpsc::sync_channel(1);
+    handle.spawn(async move {
+        let _ = done.send(future.await);
+    });
+    wait.recv().map_err(|_| Error::Stopped)?
+}
+
+fn shard(session_id: &SessionId) -> usize {
+    // FNV-1a: stable, and spreads ids that share a prefix.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in session_id.as_str().bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    (hash % APPENDERS as u64) as usize
+}
+
+fn stored_id<T: FromStr>(text: String) -> Result<T, Error> {
+    text.parse()
+        .map_err(|_| Error::Store(format!("malformed id {text:?} in the journal's tables")))
+}
+
+/// Decodes a record found at `pos`, fetching an event stored apart.
+async fn decode(
+    client: &deadpool_postgres::Client,
+    bytes: &[u8],
+    pos: JournalPos,
+) -> Result<Recorded, Error> {
+    let mut record = Recorded::from_bytes(bytes, pos).map_err(|error| Error::Corrupt {
+        pos,
+        reason: error.to_string(),
+    })?;
+    if let Event::StoredApart { digest, .. } = &record.event {
+        let corrupt = |reason: String| Error::Corrupt { pos, reason };
+        let row = client
+            .query_opt(
+                "SELECT bytes FROM turnstile.blobs WHERE digest = $1",
+                &[&digest.as_slice()],
+            )
+            .await?
+            .ok_or_else(|| corrupt("the event stored apart is missing".into()))?;
+        let stored: Vec<u8> = row.get(0);
+        let event = codec::decode_apart(digest, &stored).map_err(corrupt)?;
+        record.size_bytes += stored.len();
+        record.event = event;
+    }
+    Ok(record)
+}
+
+/// Creates or migrates the schema, one version per transaction, under an advisory lock
+/// so processes starting together apply each version once.
+async fn migrate(client: &deadpool_postgres::Client) -> Result<(), Error> {
+    client
+        .batch_execute(
+            "SELECT pg_advisory_lock(hashtext('turnstile.migrate')); \
+             CREATE SCHEMA IF NOT EXISTS turnstile; \
+             CREATE TABLE IF NOT EXISTS turnstile.schema_migrations ( \
+               version int PRIMARY KEY, description text NOT NULL, \
+               applied_at timestamptz NOT NULL DEFAULT now())",
+        )
+        .await?;
+    let outcome = async {
+        let row = client
+            .query_one(
+                "SELECT coalesce(max(version), 0) FROM turnstile.schema_migrations",
+                &[],
+            )
+            .await?;
+        let current: i32 = row.get(0);
+        let known = MIGRATIONS.last().map(|(version, _, _)| *version).unwrap_or(0);
+        if current > known {
+            return Err(Error::Store(format!(
+                "the database's journal schema is version {current}, newer than this build's {known}: upgrade turnstile"
+            )));
+        }
+        for (version, description, sql) in MIGRATIONS {
+            if *version <= current {
+                continue;
+            }
+            client.batch_execute("BEGIN").await?;
+            let applied = async {
+                client.batch_execute(sql).await?;
+                client
+                    .execute(
+                        "INSERT INTO turnstile.schema_migrations (version, description) VALUES ($1, $2)",
+                        &[version, description],
+                    )
+                    .await?;
+                client.batch_execute("COMMIT").await
+            }
+            .await;
+            if let Err(error) = applied {
+                let _ = client.batch_execute("ROLLBACK").await;
+                return Err(error.into());
+            }
+            tracing::info!(version, description, "journal schema migrated");
+        }
+        Ok(())
+    }
+    .await;
+    client
+        .batch_execute("SELECT pg_advisory_unlock(hashtext('turnstile.migrate'))")
+        .await?;
+    outcome
+}
+
+/// What one append changes in the indexes, as the `append` function takes it.
+#[derive(Default)]
+struct IndexArgs {
+    created: Option<(String, Option<String>)>,
+    queued_runs: Vec<String>,
+    queued_agents: Vec<String>,
+    queued_seqs: Vec<i64>,
+    status_runs: Vec<String>,
+    statuses: Vec<String>,
+    terminal: Vec<bool>,
+    keys: Vec<String>,
+    key_runs: Vec<String>,
+    deleted: bool,
+}
+
+impl IndexArgs {
+    fn add(&mut self, seq: Seq, event: &Event) {
+        match event {
+            Event::RunQueued {
+                run_id, agent_id, ..
+            } => {
+                self.queued_runs.push(run_id.as_str().to_owned());
+                self.queued_agents.push(agent_id.clone());
+                self.queued_seqs.push(seq.0 as i64);
+            }
+            Event::SessionCreated { agent_id, user_id } => {
+                self.created = Some((agent_id.clone(), user_id.clone()));
+            }
+            Event::SessionDeleted { .. } => self.deleted = true,
+            Event::IdempotencyKeyBound { key, run_id } => {
+                self.keys.push(key.clone());
+                self.key_runs.push(run_id.as_str().to_owned());
+            }
+            _ => {}
+        }
+        if let (Some(status), Some(run_id)) = (status_byte(event), event.run_id())
+            && !matches!(event, Event::RunQueued { .. })
+        {
+            self.status_runs.push(run_id.as_str().to_owned());
+            self.statuses.push(char::from(status).to_string());
+            self.terminal.push(event.is_terminal());
+        }
+    }
+}
+
+/// Appends the requests of one shard, one after the other.
+async fn appender(inner: std::sync::Weak<Inner>, mut receiver: mpsc::Receiver<Request>) {
+    while let Some(request) = receiver.recv().await {
+        let Some(inner) = inner.upgrade() else {
+            let _ = request.reply.send(Err(Error::Stopped));
+            continue;
+        };
+        let Request {
+            session_id,
+            expected,
+            events,
+            reply,
+        } = request;
+        let started = Instant::now();
+        let answer = append_one(&inner, &session_id, expected, events).await;
+        if answer.as_ref().is_ok_and(|answer| answer.is_ok()) {
+            inner
+                .stats
+                .record_sync(started.elapsed().as_micros() as u64, 1);
+            inner.appended.notify_one();
+        }
+        let _ = reply.send(answer);
+    }
+}
+
+async fn head_of(
+    inner: &Inner,
+    client: &deadpool_postgres::Client,
+    session_id: &SessionId,
+    cached: bool,
+) -> Result<Head, Error> {
+    if cached
+        && let Some(head) = inner
+            .heads
+            .lock()
+            .ok()
+            .and_then(|heads| heads.get(session_id).copied())
+    {
+        return Ok(head);
+    }
+    let row = client
+        .query_opt(
+            "SELECT next_seq, head_hash FROM turnstile.streams WHERE session_id = $1",
+            &[&session_id.as_str()],
+        )
+        .await?;
+    let head = match row {
+        None => Head {
+            next_seq: Seq(0),
+            last_hash: [0; 32],
+        },
+        Some(row) => {
+            let hash: Vec<u8> = row.get(1);
+            Head {
+                next_seq: Seq(row.get::<_, i64>(0) as u64),
+                last_hash: hash
+                    .try_into()
+                    .map_err(|_| Error::Store("malformed stream head".into()))?,
+            }
+        }
+    };
+    remember(inner, session_id, head);
+    Ok(head)
+}
+
+fn remember(inner: &Inner, session_id: &SessionId, head: Head) {
+    if let Ok(mut heads) = inner.heads.lock() {
+        if heads.len() >= limits::SESSION_HEADS_CACHED_MAX {
+            heads.clear();
+        }
+        heads.insert(session_id.clone(), head);
+    }
+}
+
+async fn append_one(
+    inner: &Inner,
+    session_id: &SessionId,
+    expected: Expected,
+    events: Vec<codec::EncodedEvent>,
+) -> AppendResult {
+    let client = inner.pool.get().await?;
+    let statement = client
+        .prepare_cached(
+            "SELECT status, next_seq, head_hash FROM turnstile.append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+        )
+        .await?;
+    let mut cached = true;
+    loop {
+        let head = head_of(inner, &client, session_id, cached).await?;
+        if let Expected::Next(expected) = expected
+            && expected != head.next_seq
+        {
+            if cached {
+                // The cache may be behind another process's appends: ask the database.
+                cached = false;
+                continue;
+            }
+            return Ok(Err(Conflict {
+                session_id: session_id.clone(),
+                expected,
+                actual: head.next_seq,
+            }));
+        }
+        let ts_us = now_us();
+        let mut records = Vec::with_capacity(events.len());
+        let mut recorded = Vec::with_capacity(events.len());
+        let mut digests: Vec<Vec<u8>> = Vec::new();
+        let mut blobs: Vec<Vec<u8>> = Vec::new();
+        let mut index = IndexArgs::default();
+        let mut at = head;
+        for event in &events {
+            let bytes =
+                codec::encode_parts(session_id, at.next_seq, ts_us, &at.last_hash, &event.bytes)
+                    .map_err(Error::Encode)?;
+            let hash = codec::hash(&bytes);
+            let mut size_bytes = bytes.len();
+            if let Some((digest, apart)) = &event.apart {
+                size_bytes += apart.len();
+                digests.push(digest.to_vec());
+                blobs.push(apart.clone());
+            }
+            index.add(at.next_seq, &event.event);
+            recorded.push(Recorded {
+                pos: JournalPos(0),
+                session_id: session_id.clone(),
+                seq: at.next_seq,
+                ts_us,
+                prev_hash: at.last_hash,
+                hash,
+                size_bytes,
+                event: event.event.clone(),
+            });
+            records.push(bytes);
+            at = Head {
+                next_seq: at.next_seq.next(),
+                last_hash: hash,
+            };
+        }
+        let (created_agent, created_user) = match &index.created {
+            Some((agent, user)) => (Some(agent.clone()), user.clone()),
+            None => (None, None),
+        };
+        let row = client
+            .query_one(
+                &statement,
+                &[
+                    &session_id.as_str(),
+                    &(head.next_seq.0 as i64),
+                    &at.last_hash.as_slice(),
+                    &records,
+                    &digests,
+                    &blobs,
+                    &created_agent,
+                    &created_user,
+                    &ts_us,
+                    &index.queued_runs,
+                    &index.queued_agents,
+                    &index.queued_seqs,
+                    &index.status_runs,
+                    &index.statuses,
+                    &index.terminal,
+                    &index.keys,
+                    &index.key_runs,
+                    &index.deleted,
+                ],
+            )
+            .await?;
+        let status: String = row.get(0);
+        let actual = Seq(row.get::<_, i64>(1) as u64);
+        if status == "conflict" {
+            let hash: Vec<u8> = row.get(2);
+            let last_hash: Hash = hash
+                .try_into()
+                .map_err(|_| Error::Store("malformed stream head".into()))?;
+            remember(
+                inner,
+                session_id,
+                Head {
+                    next_seq: actual,
+                    last_hash,
+                },
+            );
+            match expected {
+                Expected::Next(expected) if expected != actual => {
+                    return Ok(Err(Conflict {
+                        session_id: session_id.clone(),
+                        expected,
+                        actual,
+                    }));
+                }
+                // The cache was behind: try again on the real head.
+                _ => {
+                    cached = true;
+                    continue;
+                }
+            }
+        }
+        remember(inner, session_id, at);
+        if recorded.is_empty() {
+            return Ok(Ok(Vec::new()));
+        }
+        // Durable now; visible once positioned.
+        let last_seq = recorded.last().map(|record| record.seq.0).unwrap_or(0) as i64;
+        let last_pos = position(&client, session_id, last_seq).await?;
+        let first_pos = last_pos + 1 - recorded.len() as u64;
+        inner.next_pos.fetch_max(last_pos + 1, Ordering::SeqCst);
+        return Ok(Ok(recorded
+            .into_iter()
+            .enumerate()
+            .map(|(offset, mut record)| {
+                record.pos = JournalPos(first_pos + offset as u64);
+                Arc::new(record)
+            })
+            .collect()));
+    }
+}
+
+/// Waits until the record `(session, seq)` has a global position, positioning what has
+/// finished meanwhile; an older transaction still running holds it back.
+async fn position(
+    client: &deadpool_postgres::Client,
+    session_id: &SessionId,
+    seq: i64,
+) -> Result<u64, Error> {
+    let statement = client
+        .prepare_cached("SELECT turnstile.position_records($1, $2, $3)")
+        .await?;
+    let mut wait = Duration::from_micros(200);
+    loop {
+        let row = client
+            .query_one(&statement, &[&session_id.as_str(), &seq, &POSITION_BATCH])
+            .await?;
+        if let Some(pos) = row.get::<_, Option<i64>>(0) {
+            return Ok(pos as u64);
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_millis(20));
+    }
+}
+
+/// Follows the positions other processes give, so `next_pos` and the live feed include
+/// their records.
+async fn follower(inner: std::sync::Weak<Inner>) {
+    let mut cursor: Option<u64> = None;
+    loop {
+        let (appended, pool) = match inner.upgrade() {
+            Some(inner) if !inner.closed.load(Ordering::SeqCst) => {
+                (inner.appended.clone(), inner.pool.clone())
+            }
+            _ => return,
+        };
+        let _ =
+            tokio::time::timeout(Duration::from_millis(FOLLOW_POLL_MS), appended.notified()).await;
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        let followed = follow_once(&strong, &pool, &mut cursor).await;
+        if let Err(error) = followed {
+            tracing::warn!(%error, "following the PostgreSQL journal failed; retrying");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+async fn follow_once(inner: &Inner, pool: &Pool, cursor: &mut Option<u64>) -> Result<(), Error> {
+    let client = pool.get().await?;
+    let row = client
+        .query_one("SELECT next_pos FROM turnstile.positions", &[])
+        .await?;
+    let next = row.get::<_, i64>(0) as u64;
+    let from = cursor.unwrap_or(next);
+    if inner.live.receiver_count() == 0 {
+        *cursor = Some(next);
+        inner.next_pos.fetch_max(next, Ordering::SeqCst);
+        return Ok(());
+    }
+    let mut at = from;
+    while at < next {
+        let rows = client
+            .query(
+                "SELECT pos, record FROM turnstile.events WHERE pos >= $1 AND pos < $2 \
+                 ORDER BY pos LIMIT $3",
+                &[&(at as i64), &(next as i64), &PAGE_RECORDS],
+            )
+            .await?;
+        if rows.is_empty() {
+            break;
+        }
+        for row in rows {
+            let pos = row.get::<_, i64>(0) as u64;
+            let bytes: Vec<u8> = row.get(1);
+            let record = decode(&client, &bytes, JournalPos(pos)).await?;
+            at = pos + 1;
+            inner.next_pos.fetch_max(at, Ordering::SeqCst);
+            let _ = inner.live.send(Arc::new(record));
+        }
+    }
+    *cursor = Some(at);
+    inner.next_pos.fetch_max(at, Ordering::SeqCst);
+    Ok(())
+}
+
+/// An iterator over pages that a closure fetches: `(items, next cursor, last page)`.
+struct Paged<T, F> {
+    fetch: F,
+    cursor: u64,
+    page: std::vec::IntoIter<Result<T, Error>>,
+    done: bool,
+}
+
+impl<T, F> Paged<T, F>
+where
+    F: FnMut(u64) -> Result<(Vec<Result<T, Error>>, u64, bool), Error>,
+{
+    fn new(cursor: u64, fetch: F) -> Self {
+        Paged {
+            fetch,
+            cursor,
+            page: Vec::new().into_iter(),
+            done: false,
+        }
+    }
+}
+
+impl<T, F> Iterator for Paged<T, F>
+where
+    F: FnMut(u64) -> Result<(Vec<Result<T, Error>>, u64, bool), Error>,
+{
+    type Item = Result<T, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(item) = self.page.next() {
+                if item.is_err() {
+                    self.done = true;
+                    self.page = Vec::new().into_iter();
+                }
+                return Some(item);
+            }
+            if self.done {
+                return None;
+            }
+            match (self.fetch)(self.cursor) {
+                Ok((page, cursor, last)) => {
+                    self.cursor = cursor;
+                    self.done = last;
+                    if page.is_empty() {
+                        return None;
+                    }
+                    self.page = page.into_iter();
+                }
+                Err(error) => {
+                    self.done = true;
+                    return Some(Err(error));
+                }
+            }
+        }
+    }
+}
