@@ -38,8 +38,11 @@ pub struct AgentSpec {
 
 /// How to open a runtime.
 pub struct RuntimeConfig {
-    /// The data directory (sled journal).
+    /// The data directory: the sled journal (unless `postgres` is given) and the
+    /// harnesses' state.
     pub data_dir: PathBuf,
+    /// The PostgreSQL journal to use instead of the sled one in `data_dir`.
+    pub postgres: Option<turnstile_journal::PostgresOptions>,
     /// Arbiter threads that host session actors.
     pub arbiters: usize,
     /// The agents.
@@ -61,6 +64,7 @@ impl RuntimeConfig {
     pub fn new(data_dir: PathBuf, agents: Vec<AgentSpec>) -> Self {
         RuntimeConfig {
             data_dir,
+            postgres: None,
             arbiters: 2,
             agents,
             max_concurrent_runs: 8,

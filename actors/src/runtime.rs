@@ -79,16 +79,18 @@ impl RunHandle {
 }
 
 impl Runtime {
-    /// Opens the journal in `config.data_dir` and starts the actor system.
-    /// Sessions with runs left open by an earlier process wake at once and resolve them.
+    /// Opens the journal (in `config.data_dir`, or the PostgreSQL one configured) and
+    /// starts the actor system. Sessions with runs left open by an earlier process wake
+    /// at once and resolve them.
     pub fn open(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
-        let journal = Journal::open(
-            &config.data_dir,
-            JournalOptions {
-                max_event_bytes: config.max_event_bytes,
-                ..JournalOptions::default()
-            },
-        )?;
+        let options = JournalOptions {
+            max_event_bytes: config.max_event_bytes,
+            ..JournalOptions::default()
+        };
+        let journal = match &config.postgres {
+            Some(postgres) => Journal::open_postgres(postgres, options)?,
+            None => Journal::open(&config.data_dir, options)?,
+        };
         let open_runs = journal.open_runs()?;
         let recovering = open_runs.len();
         let directory = crate::directory::Directory::load(&journal)?;

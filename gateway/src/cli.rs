@@ -240,14 +240,19 @@ enum JournalCommand {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
-    /// Build a journal in a new data directory from an export, checking every hash link.
+    /// Build a journal in a new data directory (or an empty PostgreSQL database) from an
+    /// export, checking every hash link.
     Import {
         /// The export.
         #[arg(long = "in")]
         input: PathBuf,
         /// The new data directory.
+        #[arg(long, required_unless_present = "config")]
+        data_dir: Option<PathBuf>,
+        /// Configuration file whose `[journal]` names the PostgreSQL database to import
+        /// into (a sled configuration imports into its data directory).
         #[arg(long)]
-        data_dir: PathBuf,
+        config: Option<PathBuf>,
     },
     /// Check every record: checksum, format version, sequence contiguity, hash chain.
     Verify {
@@ -347,8 +352,13 @@ pub fn main() -> ExitCode {
                 },
         } => export(session.as_deref(), out, config, data_dir),
         Command::Journal {
-            command: JournalCommand::Import { input, data_dir },
-        } => import(&input, &data_dir),
+            command:
+                JournalCommand::Import {
+                    input,
+                    data_dir,
+                    config,
+                },
+        } => import(&input, data_dir, config),
         Command::Journal {
             command: JournalCommand::Rebuild { config, data_dir },
         } => rebuild(config, data_dir),
@@ -436,6 +446,12 @@ fn progress_bar(message: &'static str, total: Option<u64>) -> ProgressBar {
 /// refuses (through the journal's lock) while a server holds it.
 fn open_journal(config: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result<Journal> {
     let config = load_config(config, data_dir)?;
+    if let Some(postgres) = config.postgres()? {
+        return Ok(Journal::open_postgres(
+            &postgres,
+            JournalOptions::default(),
+        )?);
+    }
     let dir = &config.server.data_dir;
     if !dir.join("db").exists() {
         anyhow::bail!("{} holds no journal", dir.display());
@@ -648,7 +664,22 @@ fn verify_online(config: Option<PathBuf>, url: String) -> anyhow::Result<ExitCod
     }
 }
 
-fn import(input: &std::path::Path, data_dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+fn import(
+    input: &std::path::Path,
+    data_dir: Option<PathBuf>,
+    config: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let read = || {
+        std::fs::File::open(input)
+            .map(std::io::BufReader::new)
+            .map_err(|error| anyhow::anyhow!("cannot read {}: {error}", input.display()))
+    };
+    let loaded = load_config(config, data_dir.clone())?;
+    if let Some(postgres) = loaded.postgres()? {
+        return import_postgres(read, &postgres);
+    }
+    let data_dir = data_dir.unwrap_or(loaded.server.data_dir);
+    let data_dir = data_dir.as_path();
     let file = std::fs::File::open(input)
         .map_err(|error| anyhow::anyhow!("cannot read {}: {error}", input.display()))?;
     let bar = progress_bar("importing", None);
@@ -677,6 +708,47 @@ fn import(input: &std::path::Path, data_dir: &std::path::Path) -> anyhow::Result
         }
         Err(refusal) => {
             println!("import REFUSED at {refusal}; nothing was written");
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+/// An import into an empty PostgreSQL journal: the whole export is checked first, so a
+/// refused one writes nothing.
+fn import_postgres(
+    read: impl Fn() -> anyhow::Result<std::io::BufReader<std::fs::File>>,
+    postgres: &turnstile_journal::PostgresOptions,
+) -> anyhow::Result<ExitCode> {
+    let bar = progress_bar("checking", None);
+    let checked = portable::check_export(read()?, |records| bar.set_position(records))?;
+    bar.finish_and_clear();
+    if let Err(refusal) = checked {
+        println!("import REFUSED at {refusal}; nothing was written");
+        return Ok(ExitCode::from(1));
+    }
+    let journal = Journal::open_postgres(postgres, JournalOptions::default())?;
+    let bar = progress_bar("importing", None);
+    let outcome =
+        portable::import_into_postgres(&journal, read()?, |records| bar.set_position(records))?;
+    bar.finish_and_clear();
+    match outcome {
+        Ok(report) => {
+            turnstile_projections::rebuild::store_all(&journal)?;
+            journal.close()?;
+            println!(
+                "imported {} events in {} streams into {}",
+                report.records,
+                report.streams,
+                journal.location()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(refusal) if refusal.line == 0 => {
+            println!("import REFUSED: {}; nothing was written", refusal.reason);
+            Ok(ExitCode::from(1))
+        }
+        Err(refusal) => {
+            println!("import REFUSED at {refusal}");
             Ok(ExitCode::from(1))
         }
     }

@@ -17,12 +17,53 @@ pub struct Config {
     /// `[server]`.
     #[serde(default)]
     pub server: ServerConfig,
+    /// `[journal]`: where the journal is (sled in the data directory by default).
+    #[serde(default)]
+    pub journal: JournalConfig,
     /// `[telemetry]`: OpenTelemetry traces, off unless an endpoint is given.
     #[serde(default)]
     pub telemetry: TelemetryConfig,
     /// `[[agents]]`; one scripted agent when absent.
     #[serde(default = "default_agents")]
     pub agents: Vec<AgentConfig>,
+}
+
+/// Which journal backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// sled, embedded, in the data directory: one process.
+    #[default]
+    Sled,
+    /// PostgreSQL: one journal that several `turnstile serve` processes share.
+    Postgres,
+}
+
+/// `[journal]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JournalConfig {
+    /// `sled` (default) or `postgres`.
+    pub backend: Backend,
+    /// The PostgreSQL URL (`postgres://user@host:port/database`); when absent, the
+    /// environment variable `url_env` names holds it (a password stays out of the file).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The environment variable holding the URL when `url` is absent.
+    pub url_env: String,
+    /// PostgreSQL connections in the pool.
+    pub pool_size: usize,
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        JournalConfig {
+            backend: Backend::Sled,
+            url: None,
+            url_env: "TURNSTILE_DATABASE_URL".into(),
+            pool_size: 8,
+        }
+    }
 }
 
 /// `[telemetry]`.
@@ -206,11 +247,32 @@ impl Config {
     pub fn default_config() -> Config {
         let mut config = Config {
             server: ServerConfig::default(),
+            journal: JournalConfig::default(),
             telemetry: TelemetryConfig::default(),
             agents: default_agents(),
         };
         config.resolve_paths();
         config
+    }
+
+    /// The PostgreSQL journal to open, when `[journal] backend = "postgres"`.
+    pub fn postgres(&self) -> Result<Option<turnstile_journal::PostgresOptions>, ConfigError> {
+        if self.journal.backend != Backend::Postgres {
+            return Ok(None);
+        }
+        let url = match &self.journal.url {
+            Some(url) => url.clone(),
+            None => std::env::var(&self.journal.url_env).map_err(|_| {
+                ConfigError::Invalid(format!(
+                    "journal.backend = \"postgres\" needs journal.url or the environment variable {} (journal.url_env)",
+                    self.journal.url_env
+                ))
+            })?,
+        };
+        Ok(Some(turnstile_journal::PostgresOptions {
+            url,
+            pool_size: self.journal.pool_size,
+        }))
     }
 
     /// Sets the data directory (`--data-dir`), resolved as the file's paths are.
@@ -232,6 +294,11 @@ impl Config {
     }
 
     fn check(&self) -> Result<(), ConfigError> {
+        if self.journal.pool_size == 0 {
+            return Err(ConfigError::Invalid(
+                "journal.pool_size must be at least 1".into(),
+            ));
+        }
         if self.agents.is_empty() {
             return Err(ConfigError::Invalid(
                 "at least one [[agents]] entry is needed".into(),
@@ -392,9 +459,16 @@ impl Config {
                 }
             }
         }
+        if let Some(url) = value
+            .get_mut("journal")
+            .and_then(|journal| journal.get_mut("url"))
+            && let Some(text) = url.as_str()
+        {
+            *url = toml::Value::String(masked_password(text));
+        }
         // `[server]` first, then the agents, as a person writes the file.
         let mut text = String::new();
-        for key in ["server", "telemetry", "agents"] {
+        for key in ["server", "journal", "telemetry", "agents"] {
             let mut part = toml::Table::new();
             if let Some(section) = value.as_table_mut().and_then(|table| table.remove(key)) {
                 part.insert(key.to_owned(), section);
@@ -425,5 +499,19 @@ impl Config {
                 )
             })
             .collect()
+    }
+}
+
+/// A connection URL with its password (if any) masked: `postgres://user:***@host/db`.
+fn masked_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let Some((credentials, host)) = rest.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    match credentials.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:{MASKED}@{host}"),
+        None => url.to_owned(),
     }
 }

@@ -70,6 +70,14 @@ impl Journal {
         }
     }
 
+    /// The PostgreSQL backend, for what only it does (an import into it).
+    pub(crate) fn postgres(&self) -> Option<&PgJournal> {
+        match &self.backend {
+            Backend::Postgres(pg) => Some(pg),
+            Backend::Sled(_) => None,
+        }
+    }
+
     /// Whether it is the PostgreSQL backend.
     pub fn is_postgres(&self) -> bool {
         matches!(self.backend, Backend::Postgres(_))

@@ -150,6 +150,102 @@ fn write(tree: &sled::Tree, pending: Pending) -> Result<(), Error> {
     Ok(())
 }
 
+/// Imports an export into an empty PostgreSQL journal, checking every line as
+/// [`import`] does; the records keep their bytes, hashes and positions. Check the whole
+/// export first ([`check_export`]): a refusal here leaves the lines before it imported.
+pub fn import_into_postgres(
+    journal: &crate::Journal,
+    lines: impl BufRead,
+    mut progress: impl FnMut(u64),
+) -> Result<Result<ImportReport, ImportRefusal>, Error> {
+    let Some(pg) = journal.postgres() else {
+        return Err(Error::Store(
+            "import into an open journal is for PostgreSQL; a sled journal is imported into a new directory".into(),
+        ));
+    };
+    if journal.next_pos() != JournalPos(0) {
+        return Ok(Err(ImportRefusal {
+            line: 0,
+            reason: format!(
+                "{} holds a journal already: import into an empty database",
+                journal.location()
+            ),
+        }));
+    }
+    let mut checker = Checker::default();
+    let mut batch: Vec<crate::postgres::ImportedRecord> = Vec::new();
+    let mut batch_session: Option<SessionId> = None;
+    let mut batch_pos: Vec<u64> = Vec::new();
+    let mut records = 0u64;
+    let flush = |session: &Option<SessionId>,
+                 batch: &mut Vec<crate::postgres::ImportedRecord>,
+                 expected: &mut Vec<u64>|
+     -> Result<Option<String>, Error> {
+        let Some(session) = session else {
+            return Ok(None);
+        };
+        let given = pg.import_records(session, std::mem::take(batch))?;
+        let given: Vec<u64> = given.iter().map(|pos| pos.0).collect();
+        let wanted = std::mem::take(expected);
+        Ok((given != wanted).then(|| {
+            format!("positions {wanted:?} of the export were given {given:?}: another writer used the database")
+        }))
+    };
+    for (index, line) in lines.lines().enumerate() {
+        let number = index as u64 + 1;
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let Checked {
+            pos,
+            body,
+            encoded,
+            bytes,
+        } = match checker.check(&line) {
+            Ok(checked) => checked,
+            Err(reason) => {
+                return Ok(Err(ImportRefusal {
+                    line: number,
+                    reason,
+                }));
+            }
+        };
+        if batch_session.as_ref() != Some(&body.session_id) || batch.len() >= IMPORT_BATCH_RECORDS {
+            if let Some(reason) = flush(&batch_session, &mut batch, &mut batch_pos)? {
+                return Ok(Err(ImportRefusal {
+                    line: number,
+                    reason,
+                }));
+            }
+            batch_session = Some(body.session_id.clone());
+        }
+        batch.push(crate::postgres::ImportedRecord {
+            seq: body.seq,
+            hash: codec::hash(&bytes),
+            bytes,
+            apart: encoded.apart,
+            event: encoded.event,
+        });
+        batch_pos.push(pos.0);
+        records += 1;
+        if records.is_multiple_of(4096) {
+            progress(records);
+        }
+    }
+    if let Some(reason) = flush(&batch_session, &mut batch, &mut batch_pos)? {
+        return Ok(Err(ImportRefusal {
+            line: records,
+            reason,
+        }));
+    }
+    progress(records);
+    Ok(Ok(ImportReport {
+        records,
+        streams: checker.heads.len() as u64,
+    }))
+}
+
 /// Builds a journal in `dir` (which must hold none) from an export, checking every
 /// hash link; on a refusal nothing is left in `dir`.
 pub fn import(

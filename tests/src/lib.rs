@@ -407,6 +407,134 @@ pub fn scripted_agent(retry: RetryPolicy) -> AgentSpec {
     }
 }
 
+/// Where a test's runtime keeps its journal: sled in a temporary directory, or a fresh
+/// database on the test PostgreSQL (with a temporary directory for the harnesses'
+/// state). Opening it again reaches the same journal: a restart.
+pub enum Store {
+    /// The embedded default.
+    Sled(tempfile::TempDir),
+    /// PostgreSQL.
+    Postgres {
+        /// The harnesses' state.
+        dir: tempfile::TempDir,
+        /// The database.
+        url: String,
+    },
+}
+
+/// What opens a [`Store`]'s journal, to hand to another thread.
+#[derive(Debug, Clone)]
+pub enum JournalPlace {
+    /// A sled data directory.
+    Sled(PathBuf),
+    /// A PostgreSQL URL.
+    Postgres(String),
+}
+
+impl JournalPlace {
+    /// Opens the journal.
+    pub fn open(&self) -> turnstile_journal::Journal {
+        match self {
+            JournalPlace::Sled(dir) => {
+                turnstile_journal::Journal::open(dir, turnstile_journal::JournalOptions::default())
+                    .expect("open the sled journal")
+            }
+            JournalPlace::Postgres(url) => turnstile_journal::Journal::open_postgres(
+                &turnstile_journal::PostgresOptions {
+                    url: url.clone(),
+                    pool_size: 8,
+                },
+                turnstile_journal::JournalOptions::default(),
+            )
+            .expect("open the PostgreSQL journal"),
+        }
+    }
+}
+
+impl Store {
+    /// A sled journal in a new temporary directory.
+    pub fn sled() -> Store {
+        Store::Sled(tempfile::tempdir().expect("a temporary directory"))
+    }
+
+    /// A fresh PostgreSQL database; `None` (skip) only outside CI without PostgreSQL.
+    pub fn postgres() -> Option<Store> {
+        Some(Store::Postgres {
+            url: postgres::database()?,
+            dir: tempfile::tempdir().expect("a temporary directory"),
+        })
+    }
+
+    /// The data directory.
+    pub fn path(&self) -> &Path {
+        match self {
+            Store::Sled(dir) | Store::Postgres { dir, .. } => dir.path(),
+        }
+    }
+
+    /// What opens its journal directly.
+    pub fn place(&self) -> JournalPlace {
+        match self {
+            Store::Sled(dir) => JournalPlace::Sled(dir.path().to_path_buf()),
+            Store::Postgres { url, .. } => JournalPlace::Postgres(url.clone()),
+        }
+    }
+
+    /// Its journal, opened directly (not through a runtime).
+    pub fn journal(&self) -> turnstile_journal::Journal {
+        self.place().open()
+    }
+
+    /// A runtime configuration on this store with `agents`.
+    pub fn config(&self, agents: Vec<turnstile_actors::AgentSpec>) -> RuntimeConfig {
+        let mut config = RuntimeConfig::new(self.path().to_path_buf(), agents);
+        if let Store::Postgres { url, .. } = self {
+            config.postgres = Some(turnstile_journal::PostgresOptions {
+                url: url.clone(),
+                pool_size: 8,
+            });
+        }
+        config
+    }
+}
+
+/// A runtime on `store` with the scripted agent, `slots` worker slots and a queue of
+/// `queued`.
+pub fn open_runtime_on(store: &Store, retry: RetryPolicy, slots: usize, queued: usize) -> Runtime {
+    let mut config = store.config(vec![scripted_agent(retry)]);
+    config.max_concurrent_runs = slots;
+    config.max_queued_runs = queued;
+    Runtime::open(config).expect("open the runtime")
+}
+
+/// Expands each named `async fn name(store: Store)` of the calling file into the tests
+/// `sled::name` and `postgres::name`: one case, both backends, one binary.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sled {
+            $(#[tokio::test] async fn $name() { super::$name($crate::Store::sled()).await })*
+        }
+        mod postgres {
+            $(#[tokio::test] async fn $name() {
+                if let Some(store) = $crate::Store::postgres() { super::$name(store).await }
+            })*
+        }
+    };
+    (multi_thread: $($name:ident),* $(,)?) => {
+        mod sled_multi_thread {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() {
+                super::$name($crate::Store::sled()).await
+            })*
+        }
+        mod postgres_multi_thread {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() {
+                if let Some(store) = $crate::Store::postgres() { super::$name(store).await }
+            })*
+        }
+    };
+}
+
 /// A runtime on `dir` with the scripted agent, `slots` worker slots and a queue of `queued`.
 pub fn open_runtime(dir: &Path, retry: RetryPolicy, slots: usize, queued: usize) -> Runtime {
     let mut config = RuntimeConfig::new(dir.to_path_buf(), vec![scripted_agent(retry)]);

@@ -1,25 +1,44 @@
-//! Runs that survive (issue 3), through the embedding API on a real journal: the
+//! Runs that survive (issue 3), through the embedding API on a real journal (each case on sled and on PostgreSQL): the
 //! per-session FIFO queue and worker slots, the queue limit, cancellation of queued
 //! runs and during a retry backoff, retries, start-up recovery of runs a stopped
 //! process left open, idempotency keys, and passivation.
 
 use std::time::{Duration, Instant};
 
-use turnstile_actors::{
-    Multitask, Refused, RetryPolicy, RunHandle, Runtime, RuntimeConfig, StartRun,
-};
+use turnstile_actors::{Multitask, Refused, RetryPolicy, RunHandle, Runtime, StartRun};
 use turnstile_journal::{
-    Event, EventIndex, Expected, Journal, JournalOptions, JournalPos, RunEvent, RunId, SessionId,
-    Warning,
+    Event, EventIndex, Expected, Journal, JournalPos, RunEvent, RunId, SessionId, Warning,
 };
 use turnstile_projections::{RunStatus, RunView};
-use turnstile_tests::{open_runtime, scripted_agent, start_command};
+use turnstile_tests::{JournalPlace, Store, open_runtime_on, scripted_agent, start_command};
 
-fn open_with(dir: &std::path::Path, retry: RetryPolicy, slots: usize, queued: usize) -> Runtime {
-    open_runtime(dir, retry, slots, queued)
+turnstile_tests::on_both_backends!(
+    enqueued_turns_run_one_at_a_time_first_in_first_out,
+    a_turn_waiting_behind_its_session_takes_no_worker_slot,
+    at_most_max_concurrent_runs_execute_at_once,
+    past_max_queued_runs_starts_are_refused,
+    a_cancelled_queued_run_never_reaches_the_harness,
+    transient_failures_are_retried_on_the_same_run_and_harness_session,
+    permanent_failures_are_not_retried,
+    after_the_last_retry_the_error_leads_with_the_first_attempts_cause_13,
+    cancelling_during_a_retry_backoff_ends_the_run_within_a_second,
+    start_up_resolves_every_run_left_open,
+    a_run_with_no_attempts_left_ends_with_a_reason_and_frees_its_session,
+    a_repeated_idempotency_key_returns_the_first_run_also_after_a_restart,
+    an_idle_session_passivates_and_is_rebuilt_from_the_journal,
+    cancelling_a_run_a_crash_left_running_ends_it_and_frees_its_session,
+);
+
+turnstile_tests::on_both_backends!(
+    multi_thread:
+    the_next_turn_right_after_an_end_is_never_refused_as_busy,
+);
+
+fn open_with(dir: &Store, retry: RetryPolicy, slots: usize, queued: usize) -> Runtime {
+    open_runtime_on(dir, retry, slots, queued)
 }
 
-fn open(dir: &std::path::Path) -> Runtime {
+fn open(dir: &Store) -> Runtime {
     open_with(dir, RetryPolicy::default(), 8, 100)
 }
 
@@ -64,10 +83,8 @@ fn order_of(journal: &Journal, kind: &str, runs: &[&RunId]) -> Vec<RunId> {
         .collect()
 }
 
-#[tokio::test]
-async fn enqueued_turns_run_one_at_a_time_first_in_first_out() {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = open(dir.path());
+async fn enqueued_turns_run_one_at_a_time_first_in_first_out(dir: Store) {
+    let runtime = open(&dir);
     let a = submit(&runtime, "s", "first\n/sleep 300", Multitask::Reject).await;
     let b = submit(&runtime, "s", "second", Multitask::Enqueue).await;
     let c = submit(&runtime, "s", "third\n/history", Multitask::Enqueue).await;
@@ -121,10 +138,8 @@ async fn enqueued_turns_run_one_at_a_time_first_in_first_out() {
     runtime.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_turn_waiting_behind_its_session_takes_no_worker_slot() {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = open_with(dir.path(), RetryPolicy::default(), 2, 100);
+async fn a_turn_waiting_behind_its_session_takes_no_worker_slot(dir: Store) {
+    let runtime = open_with(&dir, RetryPolicy::default(), 2, 100);
     let a = submit(&runtime, "busy", "/sleep 600", Multitask::Reject).await;
     let b = submit(&runtime, "busy", "behind a", Multitask::Enqueue).await;
     // The second slot is free for another session even though b waits.
@@ -150,10 +165,8 @@ async fn a_turn_waiting_behind_its_session_takes_no_worker_slot() {
     runtime.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn at_most_max_concurrent_runs_execute_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = open_with(dir.path(), RetryPolicy::default(), 2, 100);
+async fn at_most_max_concurrent_runs_execute_at_once(dir: Store) {
+    let runtime = open_with(&dir, RetryPolicy::default(), 2, 100);
     let mut handles = Vec::new();
     for n in 0..6 {
         handles.push(submit(&runtime, &format!("s{n}"), "/sleep 100", Multitask::Reject).await);
@@ -179,10 +192,8 @@ async fn at_most_max_concurrent_runs_execute_at_once() {
     runtime.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn past_max_queued_runs_starts_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = open_with(dir.path(), RetryPolicy::default(), 1, 2);
+async fn past_max_queued_runs_starts_are_refused(dir: Store) {
+    let runtime = open_with(&dir, RetryPolicy::default(), 1, 2);
     let running = submit(&runtime, "a", "/sleep 400", Multitask::Reject).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let _b = submit(&runtime, "b", "waits for the slot", Multitask::Enqueue).await;
@@ -198,10 +209,8 @@ async fn past_max_queued_runs_starts_are_refused() {
     runtime.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_cancelled_queued_run_never_reaches_the_harness() {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = open(dir.path());
+async fn a_cancelled_queued_run_never_reaches_the_harness(dir: Store) {
+    let runtime = open(&dir);
     let a = submit(&runtime, "s", "/sleep 300", Multitask::Reject).await;
     let b = submit(
         &runtime,
@@ -235,15 +244,13 @@ async fn a_cancelled_queued_run_never_reaches_the_harness() {
     runtime.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn transient_failures_are_retried_on_the_same_run_and_harness_session() {
-    let dir = tempfile::tempdir().unwrap();
+async fn transient_failures_are_retried_on_the_same_run_and_harness_session(dir: Store) {
     let retry = RetryPolicy {
         retries: 2,
         delay_between_retries_s: 0.05,
         exponential_backoff: true,
     };
-    let runtime = open_with(dir.path(), retry, 8, 100);
+    let runtime = open_with(&dir, retry, 8, 100);
     let mut handle = submit(
         &runtime,
         "s",
@@ -302,15 +309,13 @@ async fn transient_failures_are_retried_on_the_same_run_and_harness_session() {
     runtime.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn permanent_failures_are_not_retried() {
-    let dir = tempfile::tempdir().unwrap();
+async fn permanent_failures_are_not_retried(dir: Store) {
     let retry = RetryPolicy {
         retries: 3,
         delay_between_retries_s: 0.01,
         exponential_backoff: false,
     };
-    let runtime = open_with(dir.path(), retry, 8, 100);
+    let runtime = open_with(&dir, retry, 8, 100);
     for kind in [
         "authentication",
         "billing",
@@ -340,15 +345,13 @@ async fn permanent_failures_are_not_retried() {
     runtime.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn after_the_last_retry_the_error_leads_with_the_first_attempts_cause_13() {
-    let dir = tempfile::tempdir().unwrap();
+async fn after_the_last_retry_the_error_leads_with_the_first_attempts_cause_13(dir: Store) {
     let retry = RetryPolicy {
         retries: 1,
         delay_between_retries_s: 0.0,
         exponential_backoff: false,
     };
-    let runtime = open_with(dir.path(), retry, 8, 100);
+    let runtime = open_with(&dir, retry, 8, 100);
     let handle = submit(&runtime, "s", "/fail transient 5", Multitask::Reject).await;
     let view = handle.outcome().await.unwrap();
     assert_eq!((view.status, view.attempts), (RunStatus::Error, 2));
@@ -364,15 +367,13 @@ async fn after_the_last_retry_the_error_leads_with_the_first_attempts_cause_13()
     runtime.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn cancelling_during_a_retry_backoff_ends_the_run_within_a_second() {
-    let dir = tempfile::tempdir().unwrap();
+async fn cancelling_during_a_retry_backoff_ends_the_run_within_a_second(dir: Store) {
     let retry = RetryPolicy {
         retries: 3,
         delay_between_retries_s: 30.0,
         exponential_backoff: false,
     };
-    let runtime = open_with(dir.path(), retry, 8, 100);
+    let runtime = open_with(&dir, retry, 8, 100);
     let mut handle = submit(&runtime, "s", "/fail transient 5", Multitask::Reject).await;
     while let Some(event) = handle.events().next().await {
         if matches!(event.unwrap().event, RunEvent::Warning { .. }) {
@@ -393,8 +394,8 @@ async fn cancelling_during_a_retry_backoff_ends_the_run_within_a_second() {
 
 /// Writes what a process that stopped mid-way would have left: a queued run, and runs
 /// that were running, one of whose last attempt failed permanently.
-fn leave_open_runs(dir: &std::path::Path) -> [RunId; 4] {
-    let journal = Journal::open(dir, JournalOptions::default()).unwrap();
+fn leave_open_runs(place: &JournalPlace) -> [RunId; 4] {
+    let journal = place.open();
     let ids = [
         RunId::new_v7(),
         RunId::new_v7(),
@@ -464,10 +465,8 @@ fn leave_open_runs(dir: &std::path::Path) -> [RunId; 4] {
     ids
 }
 
-#[tokio::test]
-async fn start_up_resolves_every_run_left_open() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
+async fn start_up_resolves_every_run_left_open(dir: Store) {
+    let path = dir.place();
     let [queued, running, permanent, _] = std::thread::spawn(move || leave_open_runs(&path))
         .join()
         .unwrap();
@@ -477,7 +476,7 @@ async fn start_up_resolves_every_run_left_open() {
         delay_between_retries_s: 0.0,
         exponential_backoff: false,
     };
-    let runtime = open_with(dir.path(), retry, 8, 100);
+    let runtime = open_with(&dir, retry, 8, 100);
     let queued_view = view_when_ended(&runtime, &queued).await;
     assert_eq!(
         (queued_view.status, queued_view.content.as_str()),
@@ -497,14 +496,12 @@ async fn start_up_resolves_every_run_left_open() {
     runtime.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_run_with_no_attempts_left_ends_with_a_reason_and_frees_its_session() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
+async fn a_run_with_no_attempts_left_ends_with_a_reason_and_frees_its_session(dir: Store) {
+    let path = dir.place();
     let [_, running, _, _] = std::thread::spawn(move || leave_open_runs(&path))
         .join()
         .unwrap();
-    let runtime = open(dir.path());
+    let runtime = open(&dir);
     let view = view_when_ended(&runtime, &running).await;
     assert_eq!(view.status, RunStatus::Error);
     let (error_type, message) = view.error.unwrap();
@@ -530,10 +527,8 @@ async fn a_run_with_no_attempts_left_ends_with_a_reason_and_frees_its_session() 
     runtime.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_repeated_idempotency_key_returns_the_first_run_also_after_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = open(dir.path());
+async fn a_repeated_idempotency_key_returns_the_first_run_also_after_a_restart(dir: Store) {
+    let runtime = open(&dir);
     let keyed = |message: &str| StartRun {
         idempotency_key: Some("key-1".into()),
         ..turn("s", message, Multitask::Enqueue)
@@ -547,7 +542,7 @@ async fn a_repeated_idempotency_key_returns_the_first_run_also_after_a_restart()
     first.outcome().await.unwrap();
     runtime.shutdown().await.unwrap();
     drop(runtime);
-    let runtime = open(dir.path());
+    let runtime = open(&dir);
     let third = runtime.start_run(keyed("thrice")).await.unwrap().unwrap();
     assert_eq!(third.run_id, first_id);
     let view = third.outcome().await.unwrap();
@@ -564,13 +559,8 @@ async fn a_repeated_idempotency_key_returns_the_first_run_also_after_a_restart()
     runtime.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn an_idle_session_passivates_and_is_rebuilt_from_the_journal() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = RuntimeConfig::new(
-        dir.path().to_path_buf(),
-        vec![scripted_agent(RetryPolicy::default())],
-    );
+async fn an_idle_session_passivates_and_is_rebuilt_from_the_journal(dir: Store) {
+    let mut config = dir.config(vec![scripted_agent(RetryPolicy::default())]);
     config.session_idle = Duration::from_millis(100);
     let runtime = Runtime::open(config).unwrap();
     submit(&runtime, "s", "before passivation", Multitask::Reject)
@@ -593,12 +583,10 @@ async fn an_idle_session_passivates_and_is_rebuilt_from_the_journal() {
     runtime.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn cancelling_a_run_a_crash_left_running_ends_it_and_frees_its_session() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
+async fn cancelling_a_run_a_crash_left_running_ends_it_and_frees_its_session(dir: Store) {
+    let path = dir.place();
     let run_id = std::thread::spawn(move || {
-        let journal = Journal::open(&path, JournalOptions::default()).unwrap();
+        let journal = path.open();
         let run_id = RunId::new_v7();
         let events = vec![
             Event::SessionCreated {
@@ -637,7 +625,7 @@ async fn cancelling_a_run_a_crash_left_running_ends_it_and_frees_its_session() {
         delay_between_retries_s: 0.0,
         exponential_backoff: false,
     };
-    let runtime = open_with(dir.path(), retry, 8, 100);
+    let runtime = open_with(&dir, retry, 8, 100);
     // Recovery gives it a second attempt; the client cancels it.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(runtime.cancel_run(&run_id).await.unwrap());
@@ -657,10 +645,8 @@ async fn cancelling_a_run_a_crash_left_running_ends_it_and_frees_its_session() {
 /// refused as busy, however loaded the runtime: the end a client reads may come from the
 /// journal (a lagging stream re-reads it) before the session's actor has applied it
 /// (the runs benchmark with 1,000 parallel sessions found this).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_next_turn_right_after_an_end_is_never_refused_as_busy() {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = open_runtime(dir.path(), RetryPolicy::default(), 256, 100_000);
+async fn the_next_turn_right_after_an_end_is_never_refused_as_busy(dir: Store) {
+    let runtime = open_runtime_on(&dir, RetryPolicy::default(), 256, 100_000);
     let tasks: Vec<_> = (0..1_000)
         .map(|n| {
             let runtime = runtime.clone();

@@ -341,6 +341,10 @@ fn every_configuration_key_is_documented_17() {
         r#"[telemetry]
 otlp_endpoint = "http://127.0.0.1:4318"
 
+[journal]
+backend = "postgres"
+url = "postgres://turnstile:secret@127.0.0.1:9/turnstile"
+
 [[agents]]
 id = "scripted"
 harness = "scripted"
@@ -390,7 +394,12 @@ env = { A = "b" }
             missing.push(key.to_owned());
         }
     }
-    for table in ["[server]", "[[agents]]", "env", "codex_config"] {
+    assert!(
+        printed.contains("postgres://turnstile:<masked>@127.0.0.1:9/turnstile")
+            && !printed.contains("secret"),
+        "the database password is masked: {printed}"
+    );
+    for table in ["[server]", "[journal]", "[[agents]]", "env", "codex_config"] {
         if !doc.contains(table) {
             missing.push(table.to_owned());
         }

@@ -1,4 +1,5 @@
-//! The embedding API at its boundary, on a real journal in a temporary directory:
+//! The embedding API at its boundary, on a real journal (sled in a temporary directory,
+//! and PostgreSQL: each case runs on both backends):
 //! one turn per session, events journaled before they are seen, streams that start
 //! at any index, cancellation, and a session that resumes from the journal alone.
 
@@ -7,10 +8,18 @@ use std::time::{Duration, Instant};
 use turnstile_actors::{Multitask, Refused, RetryPolicy, RunHandle, Runtime, StartRun};
 use turnstile_journal::{Event, EventIndex, Seq, SessionId};
 use turnstile_projections::RunStatus;
-use turnstile_tests::{open_runtime, start_command};
+use turnstile_tests::{Store, open_runtime_on, start_command};
 
-fn open(dir: &std::path::Path) -> Runtime {
-    open_runtime(dir, RetryPolicy::default(), 8, 100)
+turnstile_tests::on_both_backends!(
+    a_second_turn_on_a_busy_session_is_refused_with_the_running_run,
+    events_stream_in_order_and_every_one_is_in_the_journal,
+    a_finished_run_replays_from_any_index,
+    cancel_interrupts_a_sleeping_turn_and_keeps_its_tool_calls,
+    a_session_resumes_from_the_journal_after_reopening,
+);
+
+fn open(dir: &Store) -> Runtime {
+    open_runtime_on(dir, RetryPolicy::default(), 8, 100)
 }
 
 fn turn(session: &str, message: &str) -> StartRun {
@@ -34,10 +43,8 @@ async fn collect(mut handle: RunHandle) -> Vec<(u64, String)> {
     events
 }
 
-#[tokio::test]
-async fn a_second_turn_on_a_busy_session_is_refused_with_the_running_run() {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = open(dir.path());
+async fn a_second_turn_on_a_busy_session_is_refused_with_the_running_run(dir: Store) {
+    let runtime = open(&dir);
     let first = start(&runtime, "s1", "/sleep 300\n/reply first").await;
     let refused = runtime
         .start_run(turn("s1", "second"))
@@ -71,10 +78,8 @@ async fn a_second_turn_on_a_busy_session_is_refused_with_the_running_run() {
     runtime.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn events_stream_in_order_and_every_one_is_in_the_journal() {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = open(dir.path());
+async fn events_stream_in_order_and_every_one_is_in_the_journal(dir: Store) {
+    let runtime = open(&dir);
     let handle = start(
         &runtime,
         "s1",
@@ -120,10 +125,8 @@ async fn events_stream_in_order_and_every_one_is_in_the_journal() {
     runtime.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_finished_run_replays_from_any_index() {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = open(dir.path());
+async fn a_finished_run_replays_from_any_index(dir: Store) {
+    let runtime = open(&dir);
     let handle = start(&runtime, "s1", "/tool Read {}\n/reply ok").await;
     let run_id = handle.run_id.clone();
     let all = collect(handle).await;
@@ -140,10 +143,8 @@ async fn a_finished_run_replays_from_any_index() {
     runtime.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn cancel_interrupts_a_sleeping_turn_and_keeps_its_tool_calls() {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = open(dir.path());
+async fn cancel_interrupts_a_sleeping_turn_and_keeps_its_tool_calls(dir: Store) {
+    let runtime = open(&dir);
     let handle = start(&runtime, "s1", "/tool Read {}\n/sleep 30000\n/reply never").await;
     let run_id = handle.run_id.clone();
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -163,10 +164,8 @@ async fn cancel_interrupts_a_sleeping_turn_and_keeps_its_tool_calls() {
     runtime.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_session_resumes_from_the_journal_after_reopening() {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = open(dir.path());
+async fn a_session_resumes_from_the_journal_after_reopening(dir: Store) {
+    let runtime = open(&dir);
     let first = start(&runtime, "s1", "remember the blue door")
         .await
         .outcome()
@@ -175,7 +174,7 @@ async fn a_session_resumes_from_the_journal_after_reopening() {
     runtime.shutdown().await.unwrap();
     drop(runtime);
 
-    let runtime = open(dir.path());
+    let runtime = open(&dir);
     let view = runtime.run_view(&first.run_id).unwrap().unwrap();
     assert_eq!(view.status, RunStatus::Completed);
     assert_eq!(view.content, "echo: remember the blue door");
