@@ -92,11 +92,21 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         max_request_bytes: config.server.max_request_bytes,
         body_timeout: Duration::from_secs_f64(config.server.body_timeout_s),
     });
-    tracing::info!(
-        "turnstile {} listening on http://{local} (data dir {})",
-        env!("CARGO_PKG_VERSION"),
-        data_dir.display()
-    );
+    let journal = runtime.journal();
+    if journal.is_postgres() {
+        tracing::info!(
+            "turnstile {} listening on http://{local} (journal {}, data dir {})",
+            env!("CARGO_PKG_VERSION"),
+            journal.location(),
+            data_dir.display()
+        );
+    } else {
+        tracing::info!(
+            "turnstile {} listening on http://{local} (data dir {})",
+            env!("CARGO_PKG_VERSION"),
+            data_dir.display()
+        );
+    }
     for agent in &config.agents {
         match versions.get(&agent.id) {
             Some(version) => tracing::info!(
