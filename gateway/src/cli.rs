@@ -446,7 +446,7 @@ fn progress_bar(message: &'static str, total: Option<u64>) -> ProgressBar {
 /// refuses (through the journal's lock) while a server holds it.
 fn open_journal(config: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result<Journal> {
     let config = load_config(config, data_dir)?;
-    if let Some(postgres) = config.postgres()? {
+    if let Some(postgres) = config.postgres(None)? {
         return Ok(Journal::open_postgres(
             &postgres,
             JournalOptions::default(),
@@ -675,7 +675,7 @@ fn import(
             .map_err(|error| anyhow::anyhow!("cannot read {}: {error}", input.display()))
     };
     let loaded = load_config(config, data_dir.clone())?;
-    if let Some(postgres) = loaded.postgres()? {
+    if let Some(postgres) = loaded.postgres(None)? {
         return import_postgres(read, &postgres);
     }
     let data_dir = data_dir.unwrap_or(loaded.server.data_dir);

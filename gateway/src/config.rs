@@ -53,6 +53,12 @@ pub struct JournalConfig {
     pub url_env: String,
     /// PostgreSQL connections in the pool.
     pub pool_size: usize,
+    /// This server's name among the replicas (default: host name and port).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replica_id: Option<String>,
+    /// Seconds after which a replica that has not renewed its heartbeat loses its
+    /// sessions to the others.
+    pub lease_s: f64,
 }
 
 impl Default for JournalConfig {
@@ -62,6 +68,8 @@ impl Default for JournalConfig {
             url: None,
             url_env: "TURNSTILE_DATABASE_URL".into(),
             pool_size: 8,
+            replica_id: None,
+            lease_s: 10.0,
         }
     }
 }
@@ -255,8 +263,12 @@ impl Config {
         config
     }
 
-    /// The PostgreSQL journal to open, when `[journal] backend = "postgres"`.
-    pub fn postgres(&self) -> Result<Option<turnstile_journal::PostgresOptions>, ConfigError> {
+    /// The PostgreSQL journal to open, when `[journal] backend = "postgres"`; `port` is
+    /// the server's (for the default replica name: host name and port).
+    pub fn postgres(
+        &self,
+        port: Option<u16>,
+    ) -> Result<Option<turnstile_journal::PostgresOptions>, ConfigError> {
         if self.journal.backend != Backend::Postgres {
             return Ok(None);
         }
@@ -269,9 +281,23 @@ impl Config {
                 ))
             })?,
         };
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|name| name.trim().to_owned())
+            .unwrap_or_else(|_| "localhost".into());
+        let replica_name = self
+            .journal
+            .replica_id
+            .clone()
+            .unwrap_or_else(|| match port {
+                Some(port) => format!("{host}:{port}"),
+                // A command, not a server: a name of its own, which no server retires.
+                None => format!("{host}:cli-{}", std::process::id()),
+            });
         Ok(Some(turnstile_journal::PostgresOptions {
             url,
             pool_size: self.journal.pool_size,
+            replica_name,
+            lease: std::time::Duration::from_secs_f64(self.journal.lease_s),
         }))
     }
 
@@ -294,6 +320,11 @@ impl Config {
     }
 
     fn check(&self) -> Result<(), ConfigError> {
+        if !(self.journal.lease_s.is_finite() && self.journal.lease_s >= 0.5) {
+            return Err(ConfigError::Invalid(
+                "journal.lease_s must be at least 0.5 seconds".into(),
+            ));
+        }
         if self.journal.pool_size == 0 {
             return Err(ConfigError::Invalid(
                 "journal.pool_size must be at least 1".into(),

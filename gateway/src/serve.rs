@@ -53,7 +53,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let local = listener.local_addr()?;
     let runtime = Runtime::open(RuntimeConfig {
         data_dir: data_dir.clone(),
-        postgres: config.postgres()?,
+        postgres: config.postgres(Some(local.port()))?,
         arbiters,
         agents,
         max_concurrent_runs: config.server.max_concurrent_runs,

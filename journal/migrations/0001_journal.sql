@@ -1,13 +1,28 @@
 -- turnstile's PostgreSQL journal, schema version 1: streams, records, their global
--- positions, and the indexes sled keeps under its own keys. Applied by the binary
--- (journal/src/postgres/schema.rs) under an advisory lock, in one transaction.
+-- positions, the indexes sled keeps under its own keys, and what several replicas
+-- share (their heartbeats, session leases with fencing tokens, commands for a session
+-- another replica owns). Applied by the binary (journal/src/postgres.rs) under an
+-- advisory lock, in one transaction.
+
+-- One row per running process (a new id at every start); alive while expires_at is
+-- ahead of the database's clock.
+CREATE TABLE turnstile.replicas (
+  replica_id  text        PRIMARY KEY,
+  name        text        NOT NULL,
+  started_at  timestamptz NOT NULL DEFAULT now(),
+  expires_at  timestamptz NOT NULL
+);
 
 -- One row per session stream: its head, so an append checks and extends the chain
 -- under this row's lock.
+-- `owner` holds the session's lease (NULL: free) and `lease_epoch` is its fencing
+-- token, one more at every change of hands: an append must carry the owner's token.
 CREATE TABLE turnstile.streams (
-  session_id  text   PRIMARY KEY,
-  next_seq    bigint NOT NULL,
-  head_hash   bytea  NOT NULL
+  session_id   text   PRIMARY KEY,
+  next_seq     bigint NOT NULL,
+  head_hash    bytea  NOT NULL,
+  owner        text,
+  lease_epoch  bigint NOT NULL DEFAULT 0
 );
 
 -- The records: turnstile's record bytes (format 3: version, CRC32, bincode body with
@@ -67,6 +82,69 @@ CREATE TABLE turnstile.idempotency_keys (
   run_id  text NOT NULL
 );
 
+-- Commands for a session another live replica owns (enqueue a turn, cancel a run),
+-- answered by the owner; the sender waits for the reply.
+CREATE TABLE turnstile.inbox (
+  id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  session_id  text   NOT NULL,
+  target      text   NOT NULL,
+  kind        text   NOT NULL CHECK (kind IN ('enqueue', 'cancel')),
+  body        text   NOT NULL,
+  state       text   NOT NULL DEFAULT 'pending'
+              CHECK (state IN ('pending', 'taken', 'done', 'abandoned')),
+  reply       text,
+  created_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX inbox_pending ON turnstile.inbox (target, id) WHERE state = 'pending';
+
+-- Whether a replica is alive, by the database's clock.
+CREATE FUNCTION turnstile.alive(p_replica text) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+  SELECT EXISTS (SELECT 1 FROM turnstile.replicas r
+                  WHERE r.replica_id = p_replica AND r.expires_at > now())
+$$;
+
+-- Takes a session's lease for p_owner when it is free, its owner's heartbeat has lapsed,
+-- or p_owner has it already; a change of hands gives a new fencing token. Answers
+-- ('ok', token, next_seq) or ('owned', token, next_seq, owner).
+CREATE FUNCTION turnstile.acquire(p_session text, p_owner text)
+RETURNS TABLE (status text, lease_epoch bigint, next_seq bigint, owner text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  s turnstile.streams%ROWTYPE;
+BEGIN
+  IF NOT turnstile.alive(p_owner) THEN
+    RETURN QUERY SELECT 'fenced'::text, NULL::bigint, NULL::bigint, p_owner;
+    RETURN;
+  END IF;
+  INSERT INTO turnstile.streams (session_id, next_seq, head_hash)
+  VALUES (p_session, 0, decode(repeat('00', 32), 'hex'))
+  ON CONFLICT (session_id) DO NOTHING;
+  SELECT * INTO s FROM turnstile.streams x WHERE x.session_id = p_session FOR UPDATE;
+  IF s.owner IS NOT NULL AND s.owner <> p_owner AND turnstile.alive(s.owner) THEN
+    RETURN QUERY SELECT 'owned'::text, s.lease_epoch, s.next_seq, s.owner;
+    RETURN;
+  END IF;
+  IF s.owner IS DISTINCT FROM p_owner THEN
+    UPDATE turnstile.streams x SET owner = p_owner, lease_epoch = s.lease_epoch + 1
+     WHERE x.session_id = p_session;
+    s.lease_epoch := s.lease_epoch + 1;
+  END IF;
+  RETURN QUERY SELECT 'ok'::text, s.lease_epoch, s.next_seq, p_owner;
+END $$;
+
+-- Sessions with open runs and no live owner, oldest first: what a replica with free
+-- worker slots takes over (their owner died or stalled past its lease).
+CREATE FUNCTION turnstile.claimable(p_limit int)
+RETURNS TABLE (session_id text)
+LANGUAGE sql STABLE AS $$
+  SELECT s.session_id FROM turnstile.streams s
+   WHERE EXISTS (SELECT 1 FROM turnstile.runs r WHERE r.session_id = s.session_id AND r.open)
+     AND (s.owner IS NULL OR NOT turnstile.alive(s.owner))
+   ORDER BY s.session_id
+   LIMIT p_limit
+$$;
+
 -- Stored projections: derived, rebuildable.
 CREATE TABLE turnstile.projections (
   key    text  PRIMARY KEY,
@@ -74,11 +152,14 @@ CREATE TABLE turnstile.projections (
 );
 
 -- One append: one statement, one transaction. Locks the stream's head, checks the
--- expected sequence, inserts the records and the indexes they change. Answers
--- ('ok', next_seq, NULL) or ('conflict', next_seq, head_hash) without raising, so a
--- refused append writes nothing.
+-- lease (the caller's fencing token, or takes a free lease when it has none) and the
+-- expected sequence, inserts the records and the indexes they change. Answers 'ok',
+-- 'conflict' (with the real head), 'owned' (another live replica's) or 'fenced' without
+-- raising, so a refused append writes nothing.
 CREATE FUNCTION turnstile.append(
     p_session       text,
+    p_owner         text,
+    p_epoch         bigint,
     p_expected      bigint,
     p_head_hash     bytea,
     p_records       bytea[],
@@ -96,19 +177,42 @@ CREATE FUNCTION turnstile.append(
     p_keys          text[],
     p_key_runs      text[],
     p_deleted       boolean)
-RETURNS TABLE (status text, next_seq bigint, head_hash bytea)
+RETURNS TABLE (status text, next_seq bigint, head_hash bytea, lease_epoch bigint, owner text)
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_next bigint;
-  v_hash bytea;
+  s turnstile.streams%ROWTYPE;
+  v_epoch bigint;
 BEGIN
-  INSERT INTO turnstile.streams AS s (session_id, next_seq, head_hash)
+  INSERT INTO turnstile.streams (session_id, next_seq, head_hash)
   VALUES (p_session, 0, decode(repeat('00', 32), 'hex'))
   ON CONFLICT (session_id) DO NOTHING;
-  SELECT s.next_seq, s.head_hash INTO v_next, v_hash
-    FROM turnstile.streams s WHERE s.session_id = p_session FOR UPDATE;
-  IF v_next <> p_expected THEN
-    RETURN QUERY SELECT 'conflict'::text, v_next, v_hash;
+  SELECT * INTO s FROM turnstile.streams x WHERE x.session_id = p_session FOR UPDATE;
+  IF p_epoch IS NULL THEN
+    -- The caller holds no lease: it takes it when the session is free.
+    IF s.owner IS NOT NULL AND s.owner <> p_owner AND turnstile.alive(s.owner) THEN
+      RETURN QUERY SELECT 'owned'::text, s.next_seq, NULL::bytea, s.lease_epoch, s.owner;
+      RETURN;
+    END IF;
+    IF NOT turnstile.alive(p_owner) THEN
+      RETURN QUERY SELECT 'fenced'::text, s.next_seq, NULL::bytea, s.lease_epoch, s.owner;
+      RETURN;
+    END IF;
+    v_epoch := s.lease_epoch;
+    IF s.owner IS DISTINCT FROM p_owner THEN
+      v_epoch := s.lease_epoch + 1;
+      UPDATE turnstile.streams x SET owner = p_owner, lease_epoch = v_epoch
+       WHERE x.session_id = p_session;
+    END IF;
+  ELSIF s.owner IS DISTINCT FROM p_owner OR s.lease_epoch <> p_epoch
+        OR NOT turnstile.alive(p_owner) THEN
+    -- Fencing: the lease changed hands, or this replica's own heartbeat lapsed.
+    RETURN QUERY SELECT 'fenced'::text, s.next_seq, NULL::bytea, s.lease_epoch, s.owner;
+    RETURN;
+  ELSE
+    v_epoch := p_epoch;
+  END IF;
+  IF s.next_seq <> p_expected THEN
+    RETURN QUERY SELECT 'conflict'::text, s.next_seq, s.head_hash, v_epoch, p_owner;
     RETURN;
   END IF;
 
@@ -145,10 +249,10 @@ BEGIN
     UPDATE turnstile.runs SET listed = false WHERE session_id = p_session AND listed;
   END IF;
 
-  UPDATE turnstile.streams
+  UPDATE turnstile.streams x
      SET next_seq = p_expected + cardinality(p_records), head_hash = p_head_hash
-   WHERE session_id = p_session;
-  RETURN QUERY SELECT 'ok'::text, p_expected + cardinality(p_records), NULL::bytea;
+   WHERE x.session_id = p_session;
+  RETURN QUERY SELECT 'ok'::text, p_expected + cardinality(p_records), NULL::bytea, v_epoch, p_owner;
 END $$;
 
 -- Gives global positions to the records of finished transactions, in (tx, seq) order,

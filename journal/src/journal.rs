@@ -8,11 +8,12 @@
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
+use std::time::Duration;
 
 use crate::Error;
 use crate::event::Event;
 use crate::ids::{JournalPos, RunId, Seq, SessionId};
-use crate::postgres::{PgJournal, PostgresOptions};
+use crate::postgres::{Command, Lease, PgJournal, PostgresOptions};
 use crate::store::{
     AgentRun, AppendQueueFull, Conflict, Expected, JournalOptions, Recorded, SessionEntry,
     SledJournal, StatsSnapshot,
@@ -297,6 +298,95 @@ impl Journal {
         match &self.backend {
             Backend::Sled(sled) => sled.verify(progress),
             Backend::Postgres(pg) => pg.verify(progress),
+        }
+    }
+
+    /// Whether other processes may share this journal (PostgreSQL): sessions are then
+    /// leased, one replica at a time.
+    pub fn is_shared(&self) -> bool {
+        self.is_postgres()
+    }
+
+    /// This process's id among the replicas (none on sled).
+    pub fn replica_id(&self) -> Option<String> {
+        match &self.backend {
+            Backend::Sled(_) => None,
+            Backend::Postgres(pg) => Some(pg.replica_id()),
+        }
+    }
+
+    /// Takes the session's lease for this replica unless another live replica holds it
+    /// (always ours on sled, which one process holds). While held, this replica's
+    /// appends carry its fencing token; once lost, they are refused
+    /// ([`Error::Fenced`]).
+    pub fn lease(&self, session_id: &SessionId) -> Result<Lease, Error> {
+        match &self.backend {
+            Backend::Sled(_) => Ok(Lease::Held),
+            Backend::Postgres(pg) => pg.lease(session_id),
+        }
+    }
+
+    /// Gives a session's lease back (nothing left to do on it here).
+    pub fn release(&self, session_id: &SessionId) {
+        if let Backend::Postgres(pg) = &self.backend {
+            pg.release(session_id);
+        }
+    }
+
+    /// Sessions with open runs and no live owner (their owner died or stalled past its
+    /// lease), at most `limit`: what a replica with free worker slots takes over.
+    pub fn claimable(&self, limit: usize) -> Result<Vec<SessionId>, Error> {
+        match &self.backend {
+            Backend::Sled(_) => Ok(Vec::new()),
+            Backend::Postgres(pg) => pg.claimable(limit),
+        }
+    }
+
+    /// Changes each time this replica's heartbeat lapsed and it lost every lease (never
+    /// on sled: the sender is gone at once).
+    pub fn lapses(&self) -> tokio::sync::watch::Receiver<u64> {
+        match &self.backend {
+            Backend::Sled(_) => tokio::sync::watch::channel(0).1,
+            Backend::Postgres(pg) => pg.lapses(),
+        }
+    }
+
+    /// Leaves a command (`enqueue`, `cancel`) for the replica that owns a session.
+    pub fn send_command(
+        &self,
+        session_id: &SessionId,
+        owner: &str,
+        kind: &str,
+        body: String,
+    ) -> Result<i64, Error> {
+        match &self.backend {
+            Backend::Sled(_) => Err(Error::Store("a sled journal has no other replicas".into())),
+            Backend::Postgres(pg) => pg.send_command(session_id, owner, kind, body),
+        }
+    }
+
+    /// Waits for the reply to a command: `None` when it will never run here (not taken
+    /// in `timeout`, or its target died).
+    pub async fn command_reply(&self, id: i64, timeout: Duration) -> Result<Option<String>, Error> {
+        match &self.backend {
+            Backend::Sled(_) => Ok(None),
+            Backend::Postgres(pg) => pg.reply(id, timeout).await,
+        }
+    }
+
+    /// Takes the commands other replicas left for this one.
+    pub fn take_commands(&self) -> Result<Vec<Command>, Error> {
+        match &self.backend {
+            Backend::Sled(_) => Ok(Vec::new()),
+            Backend::Postgres(pg) => pg.take_commands(),
+        }
+    }
+
+    /// Answers a command this replica took.
+    pub fn answer_command(&self, id: i64, reply: String) -> Result<(), Error> {
+        match &self.backend {
+            Backend::Sled(_) => Ok(()),
+            Backend::Postgres(pg) => pg.answer_command(id, reply),
         }
     }
 

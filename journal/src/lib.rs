@@ -25,7 +25,7 @@ pub use codec::{FORMAT_VERSION, Hash, RecordBody};
 pub use event::{Event, RunEvent, ToolCall, Warning};
 pub use ids::{EventIndex, IdError, JournalPos, RunId, Seq, SessionId};
 pub use journal::{AppendResult, Journal, QueuedAppend, Records};
-pub use postgres::PostgresOptions;
+pub use postgres::{Command, Lease, PostgresOptions};
 pub use store::{
     AgentRun, AppendQueueFull, Conflict, Expected, IndexedStatus, JournalOptions, Recorded,
     SYNC_BUCKETS_US, SessionEntry, StatsSnapshot,
@@ -62,6 +62,22 @@ pub enum Error {
     /// An event cannot be encoded (it exceeds the record limit).
     #[error("event cannot be journaled: {0}")]
     Encode(String),
+    /// This replica no longer holds the session's lease (it changed hands after this
+    /// replica's heartbeat lapsed, or the heartbeat itself lapsed): nothing was written,
+    /// and the replica must stop working on the session.
+    #[error("this replica lost the lease of session {session_id}; nothing was written")]
+    Fenced {
+        /// The session.
+        session_id: String,
+    },
+    /// Another live replica holds the session's lease.
+    #[error("session {session_id} is owned by replica {owner}")]
+    Owned {
+        /// The session.
+        session_id: String,
+        /// The owner.
+        owner: String,
+    },
     /// An earlier durable write failed; the journal stops accepting appends (fail-stop).
     #[error("the journal stopped accepting appends after a failed write")]
     Stopped,

@@ -63,6 +63,52 @@ pub struct PostgresOptions {
     pub url: String,
     /// Connections in the pool.
     pub pool_size: usize,
+    /// This process's name among the replicas (a restart under the same name retires
+    /// its earlier incarnation at once, so its sessions are taken over without waiting).
+    pub replica_name: String,
+    /// A replica whose heartbeat is older than this loses its sessions.
+    pub lease: Duration,
+}
+
+impl PostgresOptions {
+    /// The defaults: 8 connections, a 10 s lease, a name of its own (the process id and
+    /// a count: two journals opened by one process are two replicas).
+    pub fn new(url: impl Into<String>) -> Self {
+        static OPENED: AtomicU64 = AtomicU64::new(0);
+        PostgresOptions {
+            url: url.into(),
+            pool_size: 8,
+            replica_name: format!(
+                "pid-{}-{}",
+                std::process::id(),
+                OPENED.fetch_add(1, Ordering::Relaxed)
+            ),
+            lease: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Whether this replica may write a session: it holds the session's lease, or another
+/// live replica does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lease {
+    /// Ours: our appends carry its fencing token.
+    Held,
+    /// Another live replica's (its id).
+    OwnedBy(String),
+}
+
+/// A command another replica left for this one.
+#[derive(Debug, Clone)]
+pub struct Command {
+    /// Its id, to answer it.
+    pub id: i64,
+    /// The session it is for.
+    pub session_id: SessionId,
+    /// `enqueue` or `cancel`.
+    pub kind: String,
+    /// What the sender wrote (JSON).
+    pub body: String,
 }
 
 impl From<tokio_postgres::Error> for Error {
@@ -114,6 +160,14 @@ struct Inner {
     url: String,
     appenders: Mutex<Option<Vec<mpsc::Sender<Request>>>>,
     heads: Mutex<HashMap<SessionId, Head>>,
+    /// This process's id among the replicas (a new one after a lapsed heartbeat).
+    replica_id: Mutex<String>,
+    replica_name: String,
+    lease: Duration,
+    /// The leases this replica holds (their fencing tokens), and those it lost.
+    leases: Mutex<HashMap<SessionId, LeaseState>>,
+    /// Counts the heartbeat's lapses: every lease was lost at each.
+    lapses: tokio::sync::watch::Sender<u64>,
     next_pos: Arc<AtomicU64>,
     live: broadcast::Sender<Arc<Recorded>>,
     /// Wakes the follower after a local append.
@@ -186,9 +240,13 @@ impl PgJournal {
             .build()
             .map_err(|error| Error::Store(format!("PostgreSQL connection pool: {error}")))?;
         let url = redacted(&options.url);
+        let replica_id = uuid::Uuid::now_v7().to_string();
         let next_pos = {
             let pool = pool.clone();
             let url = url.clone();
+            let replica_id = replica_id.clone();
+            let name = options.replica_name.clone();
+            let lease = options.lease;
             block_on(&handle, async move {
                 let client = pool.get().await.map_err(|error| {
                     Error::Store(format!("cannot connect to {url}: {}", Error::from(error)))
@@ -201,6 +259,7 @@ impl PgJournal {
                         "{url} has synchronous_commit = off: a commit would be acknowledged before it is durable"
                     )));
                 }
+                register(&client, &replica_id, &name, lease).await?;
                 let row = client
                     .query_one("SELECT next_pos FROM turnstile.positions", &[])
                     .await?;
@@ -223,6 +282,11 @@ impl PgJournal {
                 .max_event_bytes
                 .min(limits::EVENT_BYTES_CEILING),
             closed: AtomicBool::new(false),
+            replica_id: Mutex::new(replica_id.clone()),
+            replica_name: options.replica_name.clone(),
+            lease: options.lease,
+            leases: Mutex::new(HashMap::new()),
+            lapses: tokio::sync::watch::channel(0).0,
         });
         let mut senders = Vec::with_capacity(APPENDERS);
         for _ in 0..APPENDERS {
@@ -232,6 +296,7 @@ impl PgJournal {
         }
         *inner.appenders.lock().map_err(|_| Error::Stopped)? = Some(senders);
         handle.spawn(follower(Arc::downgrade(&inner)));
+        handle.spawn(heartbeat(Arc::downgrade(&inner)));
         Ok(PgJournal { inner })
     }
 
@@ -787,8 +852,242 @@ impl PgJournal {
     }
 
     pub(crate) fn close(&self) -> Result<(), Error> {
+        let first = !self.inner.closed.load(Ordering::SeqCst);
         self.inner.close();
+        if first {
+            // Others take this replica's sessions at once rather than after its lease.
+            let pool = self.inner.pool.clone();
+            let me = self.replica_id();
+            let _ = self.block(async move {
+                let client = pool.get().await?;
+                client
+                    .execute(
+                        "UPDATE turnstile.streams SET owner = NULL WHERE owner = $1",
+                        &[&me],
+                    )
+                    .await?;
+                client
+                    .execute(
+                        "DELETE FROM turnstile.replicas WHERE replica_id = $1",
+                        &[&me],
+                    )
+                    .await?;
+                Ok(())
+            });
+        }
         Ok(())
+    }
+
+    /// This process's id among the replicas.
+    pub(crate) fn replica_id(&self) -> String {
+        self.inner
+            .replica_id
+            .lock()
+            .map(|id| id.clone())
+            .unwrap_or_default()
+    }
+
+    /// Takes the session's lease unless another live replica holds it.
+    pub(crate) fn lease(&self, session_id: &SessionId) -> Result<Lease, Error> {
+        if let Ok(leases) = self.inner.leases.lock()
+            && let Some(LeaseState::Held(_)) = leases.get(session_id)
+        {
+            return Ok(Lease::Held);
+        }
+        let pool = self.inner.pool.clone();
+        let me = self.replica_id();
+        let session = session_id.as_str().to_owned();
+        let (status, epoch, owner): (String, Option<i64>, Option<String>) =
+            self.block(async move {
+                let client = pool.get().await?;
+                let row = client
+                    .query_one(
+                        "SELECT status, lease_epoch, owner FROM turnstile.acquire($1, $2)",
+                        &[&session, &me],
+                    )
+                    .await?;
+                Ok((row.get(0), row.get(1), row.get(2)))
+            })?;
+        match status.as_str() {
+            "ok" => {
+                if let Ok(mut leases) = self.inner.leases.lock() {
+                    leases.insert(session_id.clone(), LeaseState::Held(epoch.unwrap_or(0)));
+                }
+                // Another replica may have written since this one's cache was filled.
+                if let Ok(mut heads) = self.inner.heads.lock() {
+                    heads.remove(session_id);
+                }
+                Ok(Lease::Held)
+            }
+            "owned" => Ok(Lease::OwnedBy(owner.unwrap_or_default())),
+            _ => Err(Error::Fenced {
+                session_id: session_id.to_string(),
+            }),
+        }
+    }
+
+    /// Gives the session's lease back (a session with nothing left to do).
+    pub(crate) fn release(&self, session_id: &SessionId) {
+        let held = self
+            .inner
+            .leases
+            .lock()
+            .ok()
+            .and_then(|mut leases| leases.remove(session_id));
+        let Some(LeaseState::Held(epoch)) = held else {
+            return;
+        };
+        let pool = self.inner.pool.clone();
+        let me = self.replica_id();
+        let session = session_id.as_str().to_owned();
+        let released = self.block(async move {
+            let client = pool.get().await?;
+            client
+                .execute(
+                    "UPDATE turnstile.streams SET owner = NULL \
+                     WHERE session_id = $1 AND owner = $2 AND lease_epoch = $3",
+                    &[&session, &me, &epoch],
+                )
+                .await?;
+            Ok(())
+        });
+        if let Err(error) = released {
+            tracing::warn!(%error, %session_id, "releasing a session's lease failed; it lapses with this replica");
+        }
+    }
+
+    /// Sessions with open runs and no live owner, at most `limit`.
+    pub(crate) fn claimable(&self, limit: usize) -> Result<Vec<SessionId>, Error> {
+        let pool = self.inner.pool.clone();
+        let limit = limit.min(i32::MAX as usize) as i32;
+        self.block(async move {
+            let client = pool.get().await?;
+            let rows = client
+                .query("SELECT session_id FROM turnstile.claimable($1)", &[&limit])
+                .await?;
+            rows.into_iter().map(|row| stored_id(row.get(0))).collect()
+        })
+    }
+
+    /// A receiver that changes whenever this replica's heartbeat lapsed (every lease
+    /// it held was lost then).
+    pub(crate) fn lapses(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.lapses.subscribe()
+    }
+
+    /// Leaves a command for the replica that owns a session; its id.
+    pub(crate) fn send_command(
+        &self,
+        session_id: &SessionId,
+        target: &str,
+        kind: &str,
+        body: String,
+    ) -> Result<i64, Error> {
+        let pool = self.inner.pool.clone();
+        let (session, target, kind) = (
+            session_id.as_str().to_owned(),
+            target.to_owned(),
+            kind.to_owned(),
+        );
+        self.block(async move {
+            let client = pool.get().await?;
+            let row = client
+                .query_one(
+                    "INSERT INTO turnstile.inbox (session_id, target, kind, body) VALUES ($1, $2, $3, $4) RETURNING id",
+                    &[&session, &target, &kind, &body],
+                )
+                .await?;
+            Ok(row.get(0))
+        })
+    }
+
+    /// The reply to a command once its target answered it. `None`: it will never run
+    /// (not taken by the deadline, so abandoned) or its target died (the session's
+    /// next owner settles it from the journal). A command taken in time is waited for
+    /// while its target is alive.
+    pub(crate) async fn reply(&self, id: i64, timeout: Duration) -> Result<Option<String>, Error> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let pool = self.inner.pool.clone();
+            let past_deadline = Instant::now() >= deadline;
+            let outcome = spawn_on(&self.inner.handle, async move {
+                let client = pool.get().await?;
+                let row = client
+                    .query_one(
+                        "SELECT state, reply, turnstile.alive(target) FROM turnstile.inbox WHERE id = $1",
+                        &[&id],
+                    )
+                    .await?;
+                let (state, reply, alive): (String, Option<String>, bool) =
+                    (row.get(0), row.get(1), row.get(2));
+                if state == "done" {
+                    return Ok(Some(Some(reply.unwrap_or_default())));
+                }
+                if !alive || past_deadline {
+                    let abandoned = client
+                        .execute(
+                            "UPDATE turnstile.inbox SET state = 'abandoned' WHERE id = $1 AND state = 'pending'",
+                            &[&id],
+                        )
+                        .await?;
+                    if abandoned == 1 || !alive {
+                        return Ok(Some(None));
+                    }
+                }
+                Ok::<_, Error>(None)
+            })
+            .await?;
+            if let Some(answer) = outcome {
+                return Ok(answer);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Takes the commands left for this replica, oldest first.
+    pub(crate) fn take_commands(&self) -> Result<Vec<Command>, Error> {
+        let pool = self.inner.pool.clone();
+        let me = self.replica_id();
+        self.block(async move {
+            let client = pool.get().await?;
+            let rows = client
+                .query(
+                    "UPDATE turnstile.inbox SET state = 'taken' WHERE id IN ( \
+                       SELECT id FROM turnstile.inbox WHERE target = $1 AND state = 'pending' \
+                       ORDER BY id FOR UPDATE SKIP LOCKED) \
+                     RETURNING id, session_id, kind, body",
+                    &[&me],
+                )
+                .await?;
+            let mut commands: Vec<Command> = rows
+                .into_iter()
+                .map(|row| {
+                    Ok(Command {
+                        id: row.get(0),
+                        session_id: stored_id(row.get(1))?,
+                        kind: row.get(2),
+                        body: row.get(3),
+                    })
+                })
+                .collect::<Result<_, Error>>()?;
+            commands.sort_by_key(|command| command.id);
+            Ok(commands)
+        })
+    }
+
+    /// Answers a command this replica took.
+    pub(crate) fn answer_command(&self, id: i64, reply: String) -> Result<(), Error> {
+        let pool = self.inner.pool.clone();
+        self.block(async move {
+            let client = pool.get().await?;
+            client
+                .execute(
+                    "UPDATE turnstile.inbox SET state = 'done', reply = $2 WHERE id = $1",
+                    &[&id, &reply],
+                )
+                .await?;
+            Ok(())
+        })
     }
 }
 
@@ -1057,11 +1356,30 @@ async fn append_one(
     let client = inner.pool.get().await?;
     let statement = client
         .prepare_cached(
-            "SELECT status, next_seq, head_hash FROM turnstile.append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+            "SELECT status, next_seq, head_hash, lease_epoch, owner FROM turnstile.append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
         )
         .await?;
     let mut cached = true;
     loop {
+        let epoch = match inner
+            .leases
+            .lock()
+            .ok()
+            .and_then(|leases| leases.get(session_id).copied())
+        {
+            Some(LeaseState::Held(epoch)) => Some(epoch),
+            Some(LeaseState::Lost) => {
+                return Err(Error::Fenced {
+                    session_id: session_id.to_string(),
+                });
+            }
+            None => None,
+        };
+        let me = inner
+            .replica_id
+            .lock()
+            .map(|id| id.clone())
+            .unwrap_or_default();
         let head = head_of(inner, &client, session_id, cached).await?;
         if let Expected::Next(expected) = expected
             && expected != head.next_seq
@@ -1121,6 +1439,8 @@ async fn append_one(
                 &statement,
                 &[
                     &session_id.as_str(),
+                    &me,
+                    &epoch,
                     &(head.next_seq.0 as i64),
                     &at.last_hash.as_slice(),
                     &records,
@@ -1143,6 +1463,28 @@ async fn append_one(
             .await?;
         let status: String = row.get(0);
         let actual = Seq(row.get::<_, i64>(1) as u64);
+        match status.as_str() {
+            "owned" => {
+                return Err(Error::Owned {
+                    session_id: session_id.to_string(),
+                    owner: row.get::<_, Option<String>>(4).unwrap_or_default(),
+                });
+            }
+            "fenced" => {
+                if let Ok(mut leases) = inner.leases.lock() {
+                    leases.insert(session_id.clone(), LeaseState::Lost);
+                }
+                return Err(Error::Fenced {
+                    session_id: session_id.to_string(),
+                });
+            }
+            _ => {
+                let epoch: i64 = row.get(3);
+                if let Ok(mut leases) = inner.leases.lock() {
+                    leases.insert(session_id.clone(), LeaseState::Held(epoch));
+                }
+            }
+        }
         if status == "conflict" {
             let hash: Vec<u8> = row.get(2);
             let last_hash: Hash = hash
@@ -1378,6 +1720,7 @@ impl PgJournal {
         let count = bytes.len() as u64;
         let pool = self.inner.pool.clone();
         let session = session_id.clone();
+        let me = self.replica_id();
         let last_pos = self.block(async move {
             let client = pool.get().await?;
             let (created_agent, created_user) = match &index.created {
@@ -1386,9 +1729,11 @@ impl PgJournal {
             };
             let row = client
                 .query_one(
-                    "SELECT status, next_seq FROM turnstile.append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+                    "SELECT status, next_seq FROM turnstile.append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
                     &[
                         &session.as_str(),
+                        &me,
+                        &None::<i64>,
                         &(first_seq.0 as i64),
                         &last_hash.as_slice(),
                         &bytes,
@@ -1427,5 +1772,145 @@ impl PgJournal {
         Ok((0..count)
             .map(|offset| JournalPos(last_pos + 1 - count + offset))
             .collect())
+    }
+}
+
+/// A lease as this replica knows it.
+#[derive(Debug, Clone, Copy)]
+enum LeaseState {
+    /// Held, with its fencing token.
+    Held(i64),
+    /// Lost (the heartbeat lapsed, or an append was fenced): appends are refused here
+    /// until the session is acquired again.
+    Lost,
+}
+
+/// Runs `future` on the backend's runtime and awaits it from any runtime.
+async fn spawn_on<T: Send + 'static>(
+    handle: &tokio::runtime::Handle,
+    future: impl Future<Output = Result<T, Error>> + Send + 'static,
+) -> Result<T, Error> {
+    handle.spawn(future).await.map_err(|_| Error::Stopped)?
+}
+
+fn interval_ms(lease: Duration) -> f64 {
+    lease.as_secs_f64() * 1000.0
+}
+
+/// Registers this process among the replicas, and retires its own earlier incarnation
+/// (a restart under the same name), whose sessions are then taken over at once.
+async fn register(
+    client: &deadpool_postgres::Client,
+    replica_id: &str,
+    name: &str,
+    lease: Duration,
+) -> Result<(), Error> {
+    client
+        .execute(
+            "UPDATE turnstile.replicas SET expires_at = now() WHERE name = $1 AND expires_at > now()",
+            &[&name],
+        )
+        .await?;
+    client
+        .execute(
+            "INSERT INTO turnstile.replicas (replica_id, name, expires_at) \
+             VALUES ($1, $2, now() + $3 * interval '1 millisecond')",
+            &[&replica_id, &name, &interval_ms(lease)],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Renews this replica's heartbeat every fifth of its lease. A renewal the database
+/// refuses (the row expired: the others consider this replica dead) or none for most
+/// of a lease (this replica cannot reach the database, so its leases may be taken)
+/// loses every lease: appends of those sessions are refused here from then on, the
+/// runtime is told (it stops their turns), and the replica registers again.
+async fn heartbeat(inner: std::sync::Weak<Inner>) {
+    let Some(lease) = inner.upgrade().map(|inner| inner.lease) else {
+        return;
+    };
+    let every = lease / 5;
+    // The local deadline is counted from when the last good renewal was sent: the
+    // database computed its expiry later than that.
+    let margin = lease / 5;
+    let mut last_good = Instant::now();
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        if inner.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        let sent = Instant::now();
+        let me = inner
+            .replica_id
+            .lock()
+            .map(|id| id.clone())
+            .unwrap_or_default();
+        let renewed = tokio::time::timeout(every, async {
+            let client = inner.pool.get().await?;
+            let rows = client
+                .query(
+                    "UPDATE turnstile.replicas SET expires_at = now() + $2 * interval '1 millisecond' \
+                     WHERE replica_id = $1 AND expires_at > now() RETURNING 1",
+                    &[&me, &interval_ms(lease)],
+                )
+                .await?;
+            Ok::<_, Error>(!rows.is_empty())
+        })
+        .await;
+        match renewed {
+            Ok(Ok(true)) => last_good = sent,
+            Ok(Ok(false)) => lapse(&inner, "the database says its heartbeat expired").await,
+            Ok(Err(_)) | Err(_) if last_good.elapsed() + margin >= lease => {
+                lapse(
+                    &inner,
+                    "it could not renew its heartbeat for most of its lease",
+                )
+                .await;
+                last_good = Instant::now();
+            }
+            _ => {}
+        }
+    }
+}
+
+async fn lapse(inner: &Inner, why: &str) {
+    let lost = inner
+        .leases
+        .lock()
+        .map(|mut leases| {
+            let mut lost = 0;
+            for state in leases.values_mut() {
+                if matches!(state, LeaseState::Held(_)) {
+                    lost += 1;
+                }
+                *state = LeaseState::Lost;
+            }
+            lost
+        })
+        .unwrap_or(0);
+    tracing::error!(
+        lost,
+        "this replica lost its leases: {why}; it stops their turns and registers again"
+    );
+    inner.lapses.send_modify(|count| *count += 1);
+    let replica_id = uuid::Uuid::now_v7().to_string();
+    let registered = async {
+        let client = inner.pool.get().await?;
+        register(&client, &replica_id, &inner.replica_name, inner.lease).await
+    }
+    .await;
+    match registered {
+        Ok(()) => {
+            if let Ok(mut id) = inner.replica_id.lock() {
+                *id = replica_id;
+            }
+        }
+        Err(error) => {
+            tracing::error!(%error, "registering again failed; retrying at the next heartbeat")
+        }
     }
 }

@@ -440,10 +440,7 @@ impl JournalPlace {
                     .expect("open the sled journal")
             }
             JournalPlace::Postgres(url) => turnstile_journal::Journal::open_postgres(
-                &turnstile_journal::PostgresOptions {
-                    url: url.clone(),
-                    pool_size: 8,
-                },
+                &turnstile_journal::PostgresOptions::new(url.clone()),
                 turnstile_journal::JournalOptions::default(),
             )
             .expect("open the PostgreSQL journal"),
@@ -489,10 +486,7 @@ impl Store {
     pub fn config(&self, agents: Vec<turnstile_actors::AgentSpec>) -> RuntimeConfig {
         let mut config = RuntimeConfig::new(self.path().to_path_buf(), agents);
         if let Store::Postgres { url, .. } = self {
-            config.postgres = Some(turnstile_journal::PostgresOptions {
-                url: url.clone(),
-                pool_size: 8,
-            });
+            config.postgres = Some(turnstile_journal::PostgresOptions::new(url.clone()));
         }
         config
     }

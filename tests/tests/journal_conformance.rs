@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use turnstile_journal::portable::{ExportedRecord, check_export, import};
 use turnstile_journal::{
-    Event, Expected, IndexedStatus, Journal, JournalOptions, JournalPos, PostgresOptions, RunId,
-    Seq, SessionId,
+    Event, Expected, IndexedStatus, Journal, JournalOptions, JournalPos, Lease, PostgresOptions,
+    RunId, Seq, SessionId,
 };
 
 /// Where a journal under test lives; opening it again reaches the same journal.
@@ -24,10 +24,7 @@ impl Place {
         match self {
             Place::Sled(dir) => Journal::open(dir.path(), JournalOptions::default()).unwrap(),
             Place::Postgres(url) => Journal::open_postgres(
-                &PostgresOptions {
-                    url: url.clone(),
-                    pool_size: 8,
-                },
+                &PostgresOptions::new(url.clone()),
                 JournalOptions::default(),
             )
             .unwrap(),
@@ -538,9 +535,9 @@ fn postgres_a_late_commit_is_never_passed_over() {
     assert_eq!(journal.read_from(JournalPos(0)).count(), 3);
 }
 
-/// Two handles on one database (two processes' worth): their appends to one stream
-/// interleave without a gap in the stream or in the global order, and each sees the
-/// other's records.
+/// Two handles on one database (two processes' worth): one writes a session at a time
+/// (the lease), their appends to one stream interleave without a gap in the stream or
+/// in the global order, and each sees the other's records.
 #[test]
 fn postgres_two_handles_share_one_journal() {
     let Some(url) = turnstile_tests::postgres::database() else {
@@ -550,14 +547,30 @@ fn postgres_two_handles_share_one_journal() {
     let two = Place::Postgres(url).open();
     let a = session("a");
     for i in 0..10 {
-        let journal = if i % 2 == 0 { &one } else { &two };
+        let (journal, other) = if i % 2 == 0 {
+            (&one, &two)
+        } else {
+            (&two, &one)
+        };
+        assert_eq!(journal.lease(&a).unwrap(), Lease::Held);
+        // One writer at a time: the other handle is refused while this one holds it.
+        assert!(matches!(
+            other.append_blocking(&a, Expected::Any, vec![line("not now")]),
+            Err(turnstile_journal::Error::Owned { .. })
+        ));
+        assert_eq!(
+            other.lease(&a).unwrap(),
+            Lease::OwnedBy(journal.replica_id().unwrap())
+        );
         let record = append(journal, &a, vec![line(&i.to_string())]);
         assert_eq!(
             record[0].seq,
             Seq(i),
             "each handle appends at the real head"
         );
+        journal.release(&a);
     }
+    assert_eq!(one.lease(&a).unwrap(), Lease::Held);
     let conflict = one
         .append_blocking(&a, Expected::Next(Seq(3)), vec![line("stale")])
         .unwrap()
@@ -573,4 +586,53 @@ fn postgres_two_handles_share_one_journal() {
     assert_eq!(one.next_pos(), JournalPos(10));
     assert_eq!(two.next_pos(), JournalPos(10));
     one.verify(|_| ()).unwrap().unwrap();
+}
+
+/// A replica whose heartbeat lapsed loses its leases: another takes the session with a
+/// new fencing token, and the late replica's appends are refused, writing nothing.
+#[test]
+fn postgres_a_replica_past_its_lease_is_fenced() {
+    let Some(url) = turnstile_tests::postgres::database() else {
+        return;
+    };
+    let open = |name: &str| {
+        let mut options = PostgresOptions::new(url.clone());
+        options.replica_name = name.into();
+        options.lease = std::time::Duration::from_secs(60);
+        Journal::open_postgres(&options, JournalOptions::default()).unwrap()
+    };
+    let a_side = open("a");
+    let b_side = open("b");
+    let s = session("s");
+    assert_eq!(a_side.lease(&s).unwrap(), Lease::Held);
+    append(&a_side, &s, vec![line("by a")]);
+    assert!(matches!(b_side.lease(&s).unwrap(), Lease::OwnedBy(_)));
+    // A stalls: the database's clock says its heartbeat expired.
+    turnstile_tests::postgres::psql(
+        &url,
+        &format!(
+            "UPDATE turnstile.replicas SET expires_at = now() - interval '1 s' WHERE replica_id = '{}'",
+            a_side.replica_id().unwrap()
+        ),
+    );
+    assert_eq!(b_side.lease(&s).unwrap(), Lease::Held);
+    append(&b_side, &s, vec![line("by b")]);
+    let late = a_side.append_blocking(&s, Expected::Any, vec![line("late write by a")]);
+    assert!(
+        matches!(late, Err(turnstile_journal::Error::Fenced { .. })),
+        "{late:?}"
+    );
+    let lines: Vec<_> = b_side
+        .read_session(&s, Seq(0))
+        .map(|r| match r.unwrap().event {
+            Event::TranscriptLineAppended { line, .. } => line,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(lines, ["by a", "by b"]);
+    let epoch = turnstile_tests::postgres::psql(
+        &url,
+        "SELECT lease_epoch FROM turnstile.streams WHERE session_id = 's'",
+    );
+    assert_eq!(epoch, "2", "the takeover gave a new fencing token");
 }
