@@ -76,7 +76,7 @@ impl RuntimeConfig {
 }
 
 /// What to do with a turn for a session that is busy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum Multitask {
     /// Refuse it with the running run's id (agno's `SessionBusyError`).
     #[default]
@@ -86,7 +86,7 @@ pub enum Multitask {
 }
 
 /// A turn to start.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct StartRun {
     /// Agent.
     pub agent_id: String,
@@ -248,6 +248,17 @@ pub enum RuntimeError {
     /// Anything else that should not happen.
     #[error("internal error: {0}")]
     Internal(String),
+    /// Another live replica holds the session (PostgreSQL journal): the runtime hands
+    /// the command to it, or refuses a turn as busy with the run it names.
+    #[error("session {session_id} is owned by replica {owner}")]
+    Elsewhere {
+        /// The session.
+        session_id: SessionId,
+        /// The replica that holds it.
+        owner: String,
+        /// The run it is busy with, as the journal shows it.
+        busy: Option<RunId>,
+    },
 }
 
 impl From<MailboxError> for RuntimeError {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use turnstile_journal::SessionId;
 
-use crate::session::{Passivated, SessionActor, Shared, Wake};
+use crate::session::{Fence, Passivated, SessionActor, Shared, Wake};
 
 pub(crate) struct Registry {
     shared: Arc<Shared>,
@@ -49,6 +49,22 @@ impl Handler<WakeSession> for Registry {
     fn handle(&mut self, WakeSession(session_id): WakeSession, ctx: &mut Self::Context) {
         let address = <Self as Handler<GetSession>>::handle(self, GetSession(session_id), ctx).0;
         address.do_send(Wake);
+    }
+}
+
+/// This replica lost every lease: every session actor stops its turn and writes nothing
+/// more.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct FenceAll;
+
+impl Handler<FenceAll> for Registry {
+    type Result = ();
+
+    fn handle(&mut self, _: FenceAll, _: &mut Self::Context) {
+        for address in self.sessions.values() {
+            address.do_send(Fence);
+        }
     }
 }
 

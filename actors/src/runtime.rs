@@ -13,14 +13,14 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use turnstile_journal::limits::SHUTDOWN_DRAIN_MS;
-use turnstile_journal::{EventIndex, Journal, JournalOptions, RunId, SessionEntry, SessionId};
+use turnstile_journal::{EventIndex, Journal, JournalOptions, RunId, Seq, SessionEntry, SessionId};
 use turnstile_projections::{ForkPoint, RunStatus, RunView, SessionState};
 
 use crate::api::{
-    AgentSpec, CompactOutcome, ContinueFrom, ContinueRun, Refused, RuntimeConfig, RuntimeCounters,
-    RuntimeError, StartRun,
+    AgentSpec, CompactOutcome, ContinueFrom, ContinueRun, Multitask, Refused, RuntimeConfig,
+    RuntimeCounters, RuntimeError, StartRun,
 };
-use crate::registry::{CountSessions, GetSession, Registry, WakeSession};
+use crate::registry::{CountSessions, FenceAll, GetSession, Registry, WakeSession};
 use crate::session::{
     CancelRunMsg, CompactMsg, DeleteSessionMsg, SessionActor, Shared, StartRunMsg,
 };
@@ -91,7 +91,14 @@ impl Runtime {
             Some(postgres) => Journal::open_postgres(postgres, options)?,
             None => Journal::open(&config.data_dir, options)?,
         };
-        let open_runs = journal.open_runs()?;
+        let cluster = journal.is_shared();
+        // On a shared journal the open runs of sessions other live replicas hold are
+        // theirs: this replica takes only what is claimable, through its dispatcher.
+        let open_runs = if cluster {
+            Vec::new()
+        } else {
+            journal.open_runs()?
+        };
         let recovering = open_runs.len();
         let directory = crate::directory::Directory::load(&journal)?;
         let shared = Arc::new(Shared {
@@ -114,6 +121,7 @@ impl Runtime {
             session_idle_ms: AtomicU64::new(
                 config.session_idle.as_millis().min(u128::from(u64::MAX)) as u64,
             ),
+            cluster,
         });
         let arbiter_count = config.arbiters.max(1);
         let (sender, receiver) = std::sync::mpsc::channel();
@@ -148,7 +156,7 @@ impl Runtime {
         for session_id in sessions {
             registry.do_send(WakeSession(session_id));
         }
-        Ok(Runtime {
+        let runtime = Runtime {
             inner: Arc::new(Inner {
                 shared,
                 registry,
@@ -158,7 +166,84 @@ impl Runtime {
                 idempotent: tokio::sync::Mutex::new(()),
                 recovering,
             }),
-        })
+        };
+        if cluster {
+            runtime.start_cluster_duties()?;
+        }
+        Ok(runtime)
+    }
+
+    /// On a shared journal, a thread of this replica's own: it carries out the commands
+    /// other replicas leave for sessions this one owns, takes over sessions with open
+    /// runs whose owner died or stalled (as many as it has free worker slots), and stops
+    /// every turn when this replica's heartbeat lapsed (its leases are gone).
+    fn start_cluster_duties(&self) -> Result<(), RuntimeError> {
+        let weak = Arc::downgrade(&self.inner);
+        let mut lapses = self.journal().lapses();
+        std::thread::Builder::new()
+            .name("turnstile-replica".into())
+            .spawn(move || {
+                let Ok(reactor) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    tracing::error!("the replica thread could not start its runtime");
+                    return;
+                };
+                reactor.block_on(async move {
+                    let mut last_claim = Instant::now() - CLAIM_EVERY;
+                    loop {
+                        let Some(inner) = weak.upgrade() else { return };
+                        if !inner.shared.accepting.load(Ordering::SeqCst) {
+                            return;
+                        }
+                        let runtime = Runtime { inner };
+                        if lapses.has_changed().unwrap_or(false) {
+                            lapses.borrow_and_update();
+                            runtime.inner.registry.do_send(FenceAll);
+                        }
+                        match runtime.journal().take_commands() {
+                            Ok(commands) => {
+                                for command in commands {
+                                    let runtime = runtime.clone();
+                                    tokio::spawn(async move {
+                                        let id = command.id;
+                                        let reply = runtime.serve_command(command).await;
+                                        let journal = runtime.journal().clone();
+                                        let answered = tokio::task::spawn_blocking(move || {
+                                            journal.answer_command(id, reply)
+                                        })
+                                        .await;
+                                        if let Ok(Err(error)) = answered {
+                                            tracing::warn!(%error, "answering another replica's command failed");
+                                        }
+                                    });
+                                }
+                            }
+                            Err(error) => tracing::warn!(%error, "reading this replica's commands failed"),
+                        }
+                        if last_claim.elapsed() >= CLAIM_EVERY {
+                            last_claim = Instant::now();
+                            let free = runtime.inner.shared.slots.available_permits();
+                            if free > 0 {
+                                match runtime.journal().claimable(free) {
+                                    Ok(sessions) => {
+                                        for session_id in sessions {
+                                            tracing::info!(%session_id, "taking over a session whose owner is gone");
+                                            runtime.inner.registry.do_send(WakeSession(session_id));
+                                        }
+                                    }
+                                    Err(error) => tracing::warn!(%error, "looking for sessions to take over failed"),
+                                }
+                            }
+                        }
+                        drop(runtime);
+                        tokio::time::sleep(COMMANDS_EVERY).await;
+                    }
+                });
+            })
+            .map_err(|error| RuntimeError::Internal(error.to_string()))?;
+        Ok(())
     }
 
     /// Runs a stop left open (queued or in flight) that recovery resolves: each is queued
@@ -226,14 +311,52 @@ impl Runtime {
                 None => None,
             };
             let session_id = command.session_id.clone().unwrap_or_else(SessionId::new_v7);
-            let session = runtime
-                .inner
-                .registry
-                .send(GetSession(session_id.clone()))
-                .await?;
-            let accepted = match session.send(StartRunMsg(command)).await?? {
-                Ok(accepted) => accepted,
-                Err(refused) => return Ok(Err(refused)),
+            let mut command = command;
+            command.session_id = Some(session_id.clone());
+            let deadline = Instant::now() + ELSEWHERE_WAIT;
+            let accepted = loop {
+                let session = runtime
+                    .inner
+                    .registry
+                    .send(GetSession(session_id.clone()))
+                    .await?;
+                let answer = match session.send(StartRunMsg(command.clone())).await {
+                    Ok(answer) => answer,
+                    // The actor stopped (it gave its lease back) between lookup and send.
+                    Err(MailboxError::Closed) if Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        continue;
+                    }
+                    Err(error) => return Err(error.into()),
+                };
+                match answer {
+                    Ok(Ok(accepted)) => break accepted,
+                    Ok(Err(refused)) => return Ok(Err(refused)),
+                    Err(RuntimeError::Elsewhere { owner, busy, .. }) => {
+                        match (command.multitask, busy) {
+                            // The same refusal as on the owner: one turn at a time.
+                            (Multitask::Reject, Some(run_id)) => {
+                                return Ok(Err(Refused::Busy { session_id, run_id }));
+                            }
+                            (Multitask::Enqueue, _) => {
+                                if let Some(forwarded) =
+                                    runtime.forward_start(&session_id, &owner, &command).await?
+                                {
+                                    return Ok(forwarded);
+                                }
+                            }
+                            // Idle on its owner, which is giving it back: ask again.
+                            (Multitask::Reject, None) => {}
+                        }
+                        if Instant::now() >= deadline {
+                            return Err(RuntimeError::Internal(format!(
+                                "session {session_id} stays with replica {owner}, which does not take the turn"
+                            )));
+                        }
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    Err(error) => return Err(error),
+                }
             };
             Ok(Ok(RunHandle {
                 events: RunEvents::new(
@@ -252,6 +375,98 @@ impl Runtime {
         })
         .await
         .map_err(|error| RuntimeError::Internal(error.to_string()))?
+    }
+
+    /// Hands a turn for a session another replica owns to that replica (through the
+    /// journal's inbox); `None` when it never ran there (not taken in time, or the
+    /// owner died), so the caller asks again.
+    async fn forward_start(
+        &self,
+        session_id: &SessionId,
+        owner: &str,
+        command: &StartRun,
+    ) -> Result<Option<Result<RunHandle, Refused>>, RuntimeError> {
+        let body = serde_json::to_string(command)
+            .map_err(|error| RuntimeError::Internal(error.to_string()))?;
+        let journal = self.journal().clone();
+        let id = {
+            let (session_id, owner) = (session_id.clone(), owner.to_owned());
+            tokio::task::spawn_blocking(move || {
+                journal.send_command(&session_id, &owner, "enqueue", body)
+            })
+            .await
+            .map_err(|error| RuntimeError::Internal(error.to_string()))??
+        };
+        let Some(reply) = self.journal().command_reply(id, ELSEWHERE_WAIT).await? else {
+            return Ok(None);
+        };
+        let reply: serde_json::Value = serde_json::from_str(&reply)
+            .map_err(|error| RuntimeError::Internal(format!("a replica's reply: {error}")))?;
+        if let Some(refused) = reply.get("refused").and_then(|r| r.as_str()) {
+            return Ok(Some(Err(refused_from_reply(refused, session_id))));
+        }
+        let run_id: RunId = reply["run_id"]
+            .as_str()
+            .and_then(|id| id.parse().ok())
+            .ok_or_else(|| RuntimeError::Internal(format!("a replica's reply: {reply}")))?;
+        let from_seq = Seq(reply["from_seq"].as_u64().unwrap_or(0));
+        Ok(Some(Ok(RunHandle {
+            events: RunEvents::new(
+                self.journal().clone(),
+                session_id.clone(),
+                run_id.clone(),
+                from_seq,
+                None,
+                EventIndex(0),
+            ),
+            run_id,
+            session_id: session_id.clone(),
+            reused: false,
+            runtime: self.clone(),
+        })))
+    }
+
+    /// Carries out a command another replica left for a session this one owns, and
+    /// answers it.
+    async fn serve_command(&self, command: turnstile_journal::Command) -> String {
+        match command.kind.as_str() {
+            "cancel" => {
+                let cancelled = match command.body.parse::<RunId>() {
+                    Ok(run_id) => self.cancel_run(&run_id).await.unwrap_or(false),
+                    Err(_) => false,
+                };
+                serde_json::json!({ "cancelled": cancelled }).to_string()
+            }
+            "enqueue" => {
+                let start: StartRun = match serde_json::from_str(&command.body) {
+                    Ok(start) => start,
+                    Err(error) => {
+                        return serde_json::json!({ "refused": format!("internal: {error}") })
+                            .to_string();
+                    }
+                };
+                match self.start_run(start).await {
+                    Ok(Ok(handle)) => {
+                        let from_seq = self
+                            .run_view(&handle.run_id)
+                            .ok()
+                            .flatten()
+                            .map(|view| view.queued_seq.0)
+                            .unwrap_or(0);
+                        serde_json::json!({ "run_id": handle.run_id, "from_seq": from_seq })
+                            .to_string()
+                    }
+                    Ok(Err(refused)) => {
+                        serde_json::json!({ "refused": refused_to_reply(&refused) }).to_string()
+                    }
+                    Err(error) => {
+                        serde_json::json!({ "refused": format!("internal: {error}") }).to_string()
+                    }
+                }
+            }
+            other => serde_json::json!({ "refused": format!("internal: unknown command {other}") })
+                .to_string(),
+        }
     }
 
     /// A handle on an existing run, its events from index 0.
@@ -384,12 +599,51 @@ impl Runtime {
     }
 
     /// Asks the run's session to cancel it; `true` when a run in flight was signalled.
+    /// On a shared journal a session another replica owns is asked through it.
     pub async fn cancel_run(&self, run_id: &RunId) -> Result<bool, RuntimeError> {
         let Some(session_id) = self.journal().session_of_run(run_id)? else {
             return Ok(false);
         };
-        self.ask_session(session_id, CancelRunMsg(run_id.clone()))
-            .await
+        let deadline = Instant::now() + ELSEWHERE_WAIT;
+        loop {
+            let answer = match self
+                .ask_session(session_id.clone(), CancelRunMsg(run_id.clone()))
+                .await
+            {
+                Ok(answer) => answer,
+                // The actor stopped (it gave its lease back) between lookup and send.
+                Err(RuntimeError::Stopped)
+                    if Instant::now() < deadline
+                        && self.inner.shared.accepting.load(Ordering::SeqCst) =>
+                {
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            match answer {
+                Ok(cancelled) => return Ok(cancelled),
+                Err(RuntimeError::Elsewhere { owner, .. }) => {
+                    let journal = self.journal().clone();
+                    let (session, run) = (session_id.clone(), run_id.to_string());
+                    let id = tokio::task::spawn_blocking(move || {
+                        journal.send_command(&session, &owner, "cancel", run)
+                    })
+                    .await
+                    .map_err(|error| RuntimeError::Internal(error.to_string()))??;
+                    if let Some(reply) = self.journal().command_reply(id, ELSEWHERE_WAIT).await? {
+                        let reply: serde_json::Value =
+                            serde_json::from_str(&reply).unwrap_or_default();
+                        return Ok(reply["cancelled"].as_bool().unwrap_or(false));
+                    }
+                    // Its owner died meanwhile: the session is free now, or soon.
+                    if Instant::now() >= deadline {
+                        return Ok(false);
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
     }
 
     /// Sends `message` to the session's actor from a detached task, so that a caller
@@ -612,5 +866,40 @@ impl Runtime {
         }
         self.journal().close()?;
         Ok(())
+    }
+}
+
+/// How long a command for a session another replica owns waits for it (the owner's
+/// answer, or the session to come free).
+const ELSEWHERE_WAIT: Duration = Duration::from_secs(10);
+/// How often a replica looks for commands other replicas left for it.
+const COMMANDS_EVERY: Duration = Duration::from_millis(10);
+/// How often a replica looks for sessions to take over.
+const CLAIM_EVERY: Duration = Duration::from_millis(250);
+
+/// A refusal as a replica's reply carries it.
+fn refused_to_reply(refused: &Refused) -> String {
+    match refused {
+        Refused::QueueFull { limit } => format!("queue_full:{limit}"),
+        Refused::ShuttingDown => "shutting_down".into(),
+        other => format!("other:{other}"),
+    }
+}
+
+/// A replica's refusal, back as a [`Refused`].
+fn refused_from_reply(reply: &str, session_id: &SessionId) -> Refused {
+    if let Some(limit) = reply.strip_prefix("queue_full:") {
+        return Refused::QueueFull {
+            limit: limit.parse().unwrap_or(0),
+        };
+    }
+    if reply == "shutting_down" {
+        return Refused::ShuttingDown;
+    }
+    Refused::InvalidInput {
+        reason: format!(
+            "session {session_id}: {}",
+            reply.strip_prefix("other:").unwrap_or(reply)
+        ),
     }
 }

@@ -58,6 +58,8 @@ pub(crate) struct Shared {
     pub directory: Directory,
     /// The thread the long-lived writes are made on.
     pub keeper: crate::keeper::Keeper,
+    /// The journal is shared with other replicas (PostgreSQL): sessions are leased.
+    pub cluster: bool,
 }
 
 /// Runs started and ended since the runtime opened.
@@ -143,6 +145,14 @@ pub(crate) struct SessionActor {
     broken: Option<String>,
     /// A `SessionCreated` is on its way to the journal.
     creating: bool,
+    /// On a shared journal: this actor holds the session's lease (and gives it back
+    /// when it stops).
+    leased: bool,
+    /// On a shared journal: another live replica holds the session; this actor only
+    /// answers who, and what the session is busy with, then stops.
+    remote: Option<String>,
+    /// The lease was lost: nothing more is written, in-flight turns are stopped.
+    fenced: bool,
 }
 
 /// A run accepted.
@@ -157,8 +167,24 @@ pub(crate) struct Accepted {
 pub(crate) struct StartRunMsg(pub StartRun);
 
 #[derive(Message)]
-#[rtype(result = "bool")]
+#[rtype(result = "Result<bool, RuntimeError>")]
 pub(crate) struct CancelRunMsg(pub RunId);
+
+/// This replica lost every lease (its heartbeat lapsed): stop the session's turn and
+/// write nothing more.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Fence;
+
+impl Handler<Fence> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Fence, ctx: &mut Self::Context) {
+        if self.leased && !self.fenced {
+            self.fence(ctx);
+        }
+    }
+}
 
 #[derive(Message)]
 #[rtype(result = "Result<Result<CompactOutcome, Refused>, RuntimeError>")]
@@ -196,7 +222,52 @@ impl SessionActor {
             last_active: Instant::now(),
             broken: None,
             creating: false,
+            leased: false,
+            remote: None,
+            fenced: false,
         }
+    }
+
+    /// What a remote session is busy with, as the journal shows it: its running run,
+    /// else its oldest queued one.
+    fn remote_busy(&self) -> Option<RunId> {
+        let open: Vec<_> = self.state.open_runs().collect();
+        open.iter()
+            .find(|run| run.status == RunStatus::Running)
+            .or_else(|| open.iter().min_by_key(|run| run.queued_seq))
+            .map(|run| run.run_id.clone())
+    }
+
+    /// The answer of an actor whose session another replica holds. Such an actor is
+    /// idle from the start, so it stops at its next idle check and the next command
+    /// asks the journal again (stopping here would drop a reply still to be sent).
+    fn elsewhere(&self, owner: &str, _: &mut Context<Self>) -> RuntimeError {
+        RuntimeError::Elsewhere {
+            session_id: self.session_id.clone(),
+            owner: owner.to_owned(),
+            busy: self.remote_busy(),
+        }
+    }
+
+    /// After a journal failure: a lost lease stops the actor (its turn's CLI with it)
+    /// and nothing more is written here; the session's new owner resolves its runs.
+    fn check_fenced(&mut self, error: &turnstile_journal::Error, ctx: &mut Context<Self>) {
+        if matches!(error, turnstile_journal::Error::Fenced { .. }) && !self.fenced {
+            tracing::error!(session_id = %self.session_id, "lease lost: this replica stops working on the session");
+            self.fence(ctx);
+        }
+    }
+
+    fn fence(&mut self, ctx: &mut Context<Self>) {
+        self.fenced = true;
+        self.broken = Some(format!(
+            "this replica lost the lease of session {}",
+            self.session_id
+        ));
+        if let Some(in_flight) = &self.in_flight {
+            in_flight.cancel.cancel();
+        }
+        ctx.stop();
     }
 
     fn identity(&self, run_id: &RunId) -> RunIdentity {
@@ -729,9 +800,11 @@ impl SessionActor {
                             tracing::error!(%run_id, %conflict, "terminal event refused")
                         }
                         // Even the small end failed: the journal itself is failing, and
-                        // start-up recovery ends the run.
+                        // start-up recovery ends the run (on a shared journal, the
+                        // session's next owner).
                         Err(error) => {
-                            tracing::error!(%run_id, %error, "terminal event not journaled")
+                            tracing::error!(%run_id, %error, "terminal event not journaled");
+                            actor.check_fenced(&error, ctx);
                         }
                     }
                     actor.pump(ctx);
@@ -803,6 +876,21 @@ impl Actor for SessionActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(SESSION_MAILBOX_MESSAGES);
+        if self.shared.cluster {
+            // One replica writes a session at a time: this actor works on it only while
+            // it holds the lease, and loads the session after taking it (another replica
+            // may have written since).
+            match self.shared.journal.lease(&self.session_id) {
+                Ok(turnstile_journal::Lease::Held) => self.leased = true,
+                Ok(turnstile_journal::Lease::OwnedBy(owner)) => self.remote = Some(owner),
+                Err(error) => {
+                    tracing::error!(session_id = %self.session_id, %error, "session lease unavailable");
+                    self.broken = Some(error.to_string());
+                    ctx.stop();
+                    return;
+                }
+            }
+        }
         match reads::load_session(&self.shared.journal, &self.session_id) {
             Ok(state) => self.state = state,
             Err(error) => {
@@ -811,17 +899,36 @@ impl Actor for SessionActor {
                 return;
             }
         }
-        let check_every = self
-            .shared
-            .session_idle()
-            .min(Duration::from_secs(5))
-            .max(Duration::from_millis(50));
-        ctx.run_interval(check_every, |actor, ctx| {
-            let idle_now = actor.in_flight.is_none() && actor.queue.is_empty() && !actor.electing;
-            if idle_now && actor.last_active.elapsed() >= actor.shared.session_idle() {
+        // On a shared journal an idle session gives its lease back at once, so that any
+        // replica can take its next turn.
+        let idle_after = |shared: &Shared| {
+            if shared.cluster {
+                Duration::ZERO
+            } else {
+                shared.session_idle()
+            }
+        };
+        let check_every =
+            idle_after(&self.shared)
+                .min(Duration::from_secs(5))
+                .max(Duration::from_millis(if self.shared.cluster {
+                    10
+                } else {
+                    50
+                }));
+        ctx.run_interval(check_every, move |actor, ctx| {
+            let idle_now = actor.in_flight.is_none()
+                && actor.queue.is_empty()
+                && !actor.electing
+                && !actor.compacting
+                && !actor.creating;
+            if idle_now && actor.last_active.elapsed() >= idle_after(&actor.shared) {
                 ctx.stop();
             }
         });
+        if self.remote.is_some() {
+            return;
+        }
         let endings = self.recover();
         let journal = self.shared.journal.clone();
         let session_id = self.session_id.clone();
@@ -848,12 +955,18 @@ impl Actor for SessionActor {
                     actor.pump(ctx);
                 }
                 Ok(Err(conflict)) => actor.broken = Some(conflict.to_string()),
-                Err(error) => actor.broken = Some(error.to_string()),
+                Err(error) => {
+                    actor.broken = Some(error.to_string());
+                    actor.check_fenced(&error, ctx);
+                }
             }),
         );
     }
 
     fn stopped(&mut self, ctx: &mut Self::Context) {
+        if self.leased && !self.fenced {
+            self.shared.journal.release(&self.session_id);
+        }
         self.registry.do_send(Passivated {
             session_id: self.session_id.clone(),
             address: ctx.address(),
@@ -877,6 +990,9 @@ impl Handler<StartRunMsg> for SessionActor {
     ) -> Self::Result {
         let refuse = |refused| -> Self::Result { Box::pin(fut::ready(Ok(Err(refused)))) };
         self.last_active = Instant::now();
+        if let Some(owner) = self.remote.clone() {
+            return Box::pin(fut::ready(Err(self.elsewhere(&owner, ctx))));
+        }
         if let Some(reason) = &self.broken {
             return Box::pin(fut::ready(Err(RuntimeError::Internal(reason.clone()))));
         }
@@ -989,7 +1105,10 @@ impl Handler<StartRunMsg> for SessionActor {
                     actor.shared.queued.fetch_sub(1, Ordering::SeqCst);
                     actor.shared.remove_live(&run_id);
                     return Err(match failure {
-                        Err(error) => RuntimeError::from(error),
+                        Err(error) => {
+                            actor.check_fenced(&error, ctx);
+                            RuntimeError::from(error)
+                        }
                         Ok(Err(conflict)) => RuntimeError::Internal(conflict.to_string()),
                         Ok(Ok(_)) => unreachable!("handled above"),
                     });
@@ -1028,40 +1147,50 @@ impl Handler<RunFinishedMsg> for SessionActor {
 }
 
 impl Handler<CancelRunMsg> for SessionActor {
-    type Result = bool;
+    type Result = Result<bool, RuntimeError>;
 
-    fn handle(&mut self, CancelRunMsg(run_id): CancelRunMsg, ctx: &mut Self::Context) -> bool {
+    fn handle(
+        &mut self,
+        CancelRunMsg(run_id): CancelRunMsg,
+        ctx: &mut Self::Context,
+    ) -> Result<bool, RuntimeError> {
         self.last_active = Instant::now();
+        if let Some(owner) = self.remote.clone() {
+            return Err(self.elsewhere(&owner, ctx));
+        }
         if let Some(in_flight) = self.in_flight.as_ref().filter(|f| f.run_id == run_id) {
             in_flight.cancel.cancel();
-            return true;
+            return Ok(true);
         }
         let Some(position) = self
             .queue
             .iter()
             .position(|queued| queued.run_id == run_id && queued.durable)
         else {
-            return false;
+            return Ok(false);
         };
         // A queued run ends here and never reaches its harness.
         self.queue.remove(position);
         self.shared.queued.fetch_sub(1, Ordering::SeqCst);
         let Some(run) = self.state.run(&run_id).cloned() else {
-            return false;
+            return Ok(false);
         };
         let identity = self.identity(&run_id);
         let terminal = cancelled_events(&identity, EventIndex(run.event_count));
         self.end_run(run_id, terminal, None, ctx);
-        true
+        Ok(true)
     }
 }
 
 impl Handler<CompactMsg> for SessionActor {
     type Result = ResponseActFuture<Self, Result<Result<CompactOutcome, Refused>, RuntimeError>>;
 
-    fn handle(&mut self, _: CompactMsg, _: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, _: CompactMsg, ctx: &mut Self::Context) -> Self::Result {
         self.last_active = Instant::now();
         let ready = |outcome| -> Self::Result { Box::pin(fut::ready(outcome)) };
+        if let Some(owner) = self.remote.clone() {
+            return ready(Err(self.elsewhere(&owner, ctx)));
+        }
         if let Some(reason) = &self.broken {
             return ready(Err(RuntimeError::Internal(reason.clone())));
         }
@@ -1178,8 +1307,11 @@ impl Handler<CompactMsg> for SessionActor {
 impl Handler<DeleteSessionMsg> for SessionActor {
     type Result = ResponseActFuture<Self, Result<Result<bool, Refused>, RuntimeError>>;
 
-    fn handle(&mut self, _: DeleteSessionMsg, _: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, _: DeleteSessionMsg, ctx: &mut Self::Context) -> Self::Result {
         self.last_active = Instant::now();
+        if let Some(owner) = self.remote.clone() {
+            return Box::pin(fut::ready(Err(self.elsewhere(&owner, ctx))));
+        }
         if let Some(reason) = &self.broken {
             return Box::pin(fut::ready(Err(RuntimeError::Internal(reason.clone()))));
         }

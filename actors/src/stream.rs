@@ -33,8 +33,15 @@ pub struct RunEvents {
     /// The journal has been read up to where the live feed takes over: what was
     /// journaled before the reader subscribed is delivered before it waits for more.
     caught_up: bool,
+    /// The journal is shared (PostgreSQL): a run without a live feed here may be running
+    /// on another replica, or be taken over by one, so the journal is followed until the
+    /// run's terminal event.
+    follow: bool,
     done: bool,
 }
+
+/// How often a stream that follows the journal looks for a run's next events.
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
 
 impl RunEvents {
     pub(crate) fn new(
@@ -46,6 +53,7 @@ impl RunEvents {
         next: EventIndex,
     ) -> Self {
         RunEvents {
+            follow: journal.is_shared(),
             journal,
             session_id,
             run_id,
@@ -69,8 +77,10 @@ impl RunEvents {
         self.next
     }
 
-    /// The next event, or `None` after the terminal one (or after an error). A run whose process stopped
-    /// before it ended also ends the stream (its terminal event comes with recovery).
+    /// The next event, or `None` after the terminal one (or after an error). On sled a
+    /// run whose process stopped before it ended also ends the stream (its terminal
+    /// event comes with recovery); on a shared journal the stream follows the run to its
+    /// terminal event on whichever replica ends it.
     pub async fn next(&mut self) -> Option<Result<Arc<WireEvent>, RuntimeError>> {
         loop {
             if self.done {
@@ -97,13 +107,18 @@ impl RunEvents {
                 continue;
             }
             let Some(live) = self.live.as_mut() else {
-                // No live run: the journal has everything there will be.
+                // No live run here: on sled the journal has everything there will be;
+                // on a shared journal the run may go on elsewhere.
                 if let Err(error) = self.refill() {
                     self.done = true;
                     return Some(Err(error));
                 }
                 if self.backlog.is_empty() {
-                    self.done = true;
+                    if self.follow {
+                        tokio::time::sleep(FOLLOW_EVERY).await;
+                    } else {
+                        self.done = true;
+                    }
                 }
                 continue;
             };

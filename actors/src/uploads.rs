@@ -209,7 +209,7 @@ pub fn remove(cwd: &Path, run_id: &str) -> Result<(), StageError> {
 }
 
 /// A file attached to a run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Attachment {
     /// File name (one plain path component).
     pub name: String,

@@ -889,9 +889,12 @@ impl PgJournal {
 
     /// Takes the session's lease unless another live replica holds it.
     pub(crate) fn lease(&self, session_id: &SessionId) -> Result<Lease, Error> {
-        if let Ok(leases) = self.inner.leases.lock()
-            && let Some(LeaseState::Held(_)) = leases.get(session_id)
+        // Held already (by an actor that is stopping while its successor starts, say):
+        // one more holder, no round trip.
+        if let Ok(mut leases) = self.inner.leases.lock()
+            && let Some(LeaseState::Held { holders, .. }) = leases.get_mut(session_id)
         {
+            *holders += 1;
             return Ok(Lease::Held);
         }
         let pool = self.inner.pool.clone();
@@ -911,7 +914,20 @@ impl PgJournal {
         match status.as_str() {
             "ok" => {
                 if let Ok(mut leases) = self.inner.leases.lock() {
-                    leases.insert(session_id.clone(), LeaseState::Held(epoch.unwrap_or(0)));
+                    let epoch = epoch.unwrap_or(0);
+                    match leases.get_mut(session_id) {
+                        Some(LeaseState::Held {
+                            holders,
+                            epoch: held,
+                        }) => {
+                            *holders += 1;
+                            *held = (*held).max(epoch);
+                        }
+                        _ => {
+                            leases
+                                .insert(session_id.clone(), LeaseState::Held { epoch, holders: 1 });
+                        }
+                    }
                 }
                 // Another replica may have written since this one's cache was filled.
                 if let Ok(mut heads) = self.inner.heads.lock() {
@@ -926,16 +942,29 @@ impl PgJournal {
         }
     }
 
-    /// Gives the session's lease back (a session with nothing left to do).
+    /// Gives the session's lease back (a session with nothing left to do) once its
+    /// last holder here lets go.
     pub(crate) fn release(&self, session_id: &SessionId) {
-        let held = self
-            .inner
-            .leases
-            .lock()
-            .ok()
-            .and_then(|mut leases| leases.remove(session_id));
-        let Some(LeaseState::Held(epoch)) = held else {
-            return;
+        let epoch = {
+            let Ok(mut leases) = self.inner.leases.lock() else {
+                return;
+            };
+            match leases.get_mut(session_id) {
+                Some(LeaseState::Held { holders, .. }) if *holders > 1 => {
+                    *holders -= 1;
+                    return;
+                }
+                Some(LeaseState::Held { epoch, .. }) => {
+                    let epoch = *epoch;
+                    leases.remove(session_id);
+                    epoch
+                }
+                Some(LeaseState::Lost) => {
+                    leases.remove(session_id);
+                    return;
+                }
+                None => return,
+            }
         };
         let pool = self.inner.pool.clone();
         let me = self.replica_id();
@@ -1367,7 +1396,7 @@ async fn append_one(
             .ok()
             .and_then(|leases| leases.get(session_id).copied())
         {
-            Some(LeaseState::Held(epoch)) => Some(epoch),
+            Some(LeaseState::Held { epoch, .. }) => Some(epoch),
             Some(LeaseState::Lost) => {
                 return Err(Error::Fenced {
                     session_id: session_id.to_string(),
@@ -1481,7 +1510,14 @@ async fn append_one(
             _ => {
                 let epoch: i64 = row.get(3);
                 if let Ok(mut leases) = inner.leases.lock() {
-                    leases.insert(session_id.clone(), LeaseState::Held(epoch));
+                    match leases.get_mut(session_id) {
+                        Some(LeaseState::Held { epoch: held, .. }) => *held = epoch,
+                        // Taken by the append itself (a caller that never asked for it).
+                        _ => {
+                            leases
+                                .insert(session_id.clone(), LeaseState::Held { epoch, holders: 0 });
+                        }
+                    }
                 }
             }
         }
@@ -1778,8 +1814,8 @@ impl PgJournal {
 /// A lease as this replica knows it.
 #[derive(Debug, Clone, Copy)]
 enum LeaseState {
-    /// Held, with its fencing token.
-    Held(i64),
+    /// Held, with its fencing token and how many here hold it (an actor each).
+    Held { epoch: i64, holders: u32 },
     /// Lost (the heartbeat lapsed, or an append was fenced): appends are refused here
     /// until the session is acquired again.
     Lost,
@@ -1884,7 +1920,7 @@ async fn lapse(inner: &Inner, why: &str) {
         .map(|mut leases| {
             let mut lost = 0;
             for state in leases.values_mut() {
-                if matches!(state, LeaseState::Held(_)) {
+                if matches!(state, LeaseState::Held { .. }) {
                     lost += 1;
                 }
                 *state = LeaseState::Lost;

@@ -568,7 +568,11 @@ async fn an_idle_session_passivates_and_is_rebuilt_from_the_journal(dir: Store) 
         .outcome()
         .await
         .unwrap();
-    assert_eq!(runtime.sessions_in_memory().await.unwrap(), 1);
+    // On sled it stays for its idle time; on a shared journal an idle session gives its
+    // lease back at once (any replica may take the next turn), so it may be gone already.
+    if matches!(dir, Store::Sled(_)) {
+        assert_eq!(runtime.sessions_in_memory().await.unwrap(), 1);
+    }
     let deadline = Instant::now() + Duration::from_secs(5);
     while runtime.sessions_in_memory().await.unwrap() > 0 {
         assert!(Instant::now() < deadline, "the session never passivated");

@@ -1,0 +1,394 @@
+//! Two real `turnstile serve` processes on one real PostgreSQL (issue 16): one turn per
+//! session across replicas, FIFO across replicas, a session resumed on the other
+//! replica, streams and cancels that reach a run on the other replica, and a replica
+//! killed or stopped past its lease whose runs the other resolves, each exactly once,
+//! while the stopped one's late writes are refused.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use turnstile_tests::{
+    Server, event_types, get_json, parse_sse, post_form, post_form_json, turnstile_in_ok,
+};
+
+/// Two replicas of one cluster: a database and a configuration file (2 s leases).
+struct Cluster {
+    dir: tempfile::TempDir,
+    config: std::path::PathBuf,
+    url: String,
+}
+
+impl Cluster {
+    fn new(retries: u32) -> Option<Cluster> {
+        let url = turnstile_tests::postgres::database()?;
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("cluster.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[server]\nmax_concurrent_runs = 8\n\n[journal]\nbackend = \"postgres\"\nurl = \"{url}\"\nlease_s = 2\n\n\
+                 [[agents]]\nid = \"scripted\"\nharness = \"scripted\"\nretries = {retries}\ndelay_between_retries_s = 0\n"
+            ),
+        )
+        .unwrap();
+        Some(Cluster { dir, config, url })
+    }
+
+    /// A replica with a data directory of its own.
+    fn replica(&self, name: &str) -> Server {
+        Server::start_with(
+            &self.dir.path().join(name),
+            &["--config", self.config.to_str().unwrap()],
+        )
+    }
+
+    /// The journal's records as an export (read from the database by the CLI).
+    fn export(&self) -> Vec<Value> {
+        let text = turnstile_in_ok(
+            self.dir.path(),
+            &[
+                "journal",
+                "export",
+                "--config",
+                self.config.to_str().unwrap(),
+            ],
+        );
+        text.lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+
+    fn verify(&self) -> String {
+        turnstile_in_ok(
+            self.dir.path(),
+            &[
+                "journal",
+                "verify",
+                "--config",
+                self.config.to_str().unwrap(),
+            ],
+        )
+    }
+}
+
+async fn background(server: &Server, session: &str, message: &str) -> String {
+    let accepted = post_form_json(
+        server,
+        "/agents/scripted/runs",
+        &[
+            ("message", message),
+            ("session_id", session),
+            ("stream", "false"),
+            ("background", "true"),
+        ],
+    )
+    .await;
+    accepted["run_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{accepted}"))
+        .to_owned()
+}
+
+async fn run_status(server: &Server, run_id: &str, session: &str) -> Value {
+    get_json(
+        server,
+        &format!("/agents/scripted/runs/{run_id}?session_id={session}"),
+    )
+    .await
+}
+
+async fn wait_for_end(server: &Server, run_id: &str, session: &str, within: Duration) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let run = run_status(server, run_id, session).await;
+        if matches!(
+            run["status"].as_str(),
+            Some("COMPLETED" | "ERROR" | "CANCELLED")
+        ) {
+            return run;
+        }
+        assert!(Instant::now() < deadline, "run {run_id} did not end: {run}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The kind of each record's event (its externally tagged name).
+fn kind(record: &Value) -> &str {
+    record["event"]
+        .as_object()
+        .and_then(|event| event.keys().next())
+        .map(String::as_str)
+        .unwrap_or("")
+}
+
+fn run_of(record: &Value) -> Option<&str> {
+    record["event"]
+        .as_object()
+        .and_then(|event| event.values().next())
+        .and_then(|body| body["run_id"].as_str())
+}
+
+/// Terminal events per run in the journal.
+fn endings(export: &[Value]) -> HashMap<String, usize> {
+    let mut endings = HashMap::new();
+    for record in export {
+        if matches!(kind(record), "RunCompleted" | "RunFailed" | "RunCancelled")
+            && let Some(run) = run_of(record)
+        {
+            *endings.entry(run.to_owned()).or_default() += 1;
+        }
+    }
+    endings
+}
+
+#[tokio::test]
+async fn a_busy_session_is_refused_on_the_other_replica_and_its_next_turn_resumes_there() {
+    let Some(cluster) = Cluster::new(0) else {
+        return;
+    };
+    let a = cluster.replica("a");
+    let b = cluster.replica("b");
+    let first = post_form_json(
+        &a,
+        "/agents/scripted/runs",
+        &[
+            ("message", "remember the blue door"),
+            ("session_id", "s1"),
+            ("stream", "false"),
+        ],
+    )
+    .await;
+    assert_eq!(first["content"], "echo: remember the blue door", "{first}");
+
+    // Turn 2 on the other replica resumes the session from the journal.
+    let second = post_form_json(
+        &b,
+        "/agents/scripted/runs",
+        &[
+            ("message", "what did I say?\n/history"),
+            ("session_id", "s1"),
+            ("stream", "false"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        second["content"], "remember the blue door\nwhat did I say?",
+        "{second}"
+    );
+
+    // A long turn on A: B refuses a second one with the same 409, naming A's run.
+    let long = background(&a, "s1", "/sleep 1500\nlong").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let refused = post_form(
+        &b,
+        "/agents/scripted/runs",
+        &[
+            ("message", "now"),
+            ("session_id", "s1"),
+            ("stream", "false"),
+        ],
+    )
+    .await;
+    let status = refused.status();
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(
+        status,
+        409,
+        "{body}\nA: {:#?}\nB: {:#?}",
+        a.logs(),
+        b.logs()
+    );
+    assert_eq!(body["error_type"], "session_busy", "{body}");
+    assert_eq!(body["run_id"], long.as_str(), "{body}");
+    let ended = wait_for_end(&a, &long, "s1", Duration::from_secs(10)).await;
+    assert_eq!(ended["status"], "COMPLETED");
+    a.terminate();
+    b.terminate();
+    assert!(cluster.verify().starts_with("journal ok"));
+}
+
+#[tokio::test]
+async fn background_runs_sent_to_both_replicas_run_one_at_a_time_in_order() {
+    let Some(cluster) = Cluster::new(0) else {
+        return;
+    };
+    let a = cluster.replica("a");
+    let b = cluster.replica("b");
+    let mut runs = Vec::new();
+    for i in 0..8 {
+        let server = if i % 2 == 0 { &a } else { &b };
+        runs.push(background(server, "fifo", &format!("/sleep 50\nturn {i}")).await);
+    }
+    for run in &runs {
+        let ended = wait_for_end(&a, run, "fifo", Duration::from_secs(20)).await;
+        assert_eq!(ended["status"], "COMPLETED", "{ended}");
+    }
+    a.terminate();
+    b.terminate();
+    let export = cluster.export();
+    // In journal order: each run starts after the one before ended, in submission order.
+    let mut order = Vec::new();
+    let mut running: Option<String> = None;
+    for record in &export {
+        match kind(record) {
+            "RunStarted" => {
+                assert!(
+                    running.is_none(),
+                    "two runs of one session running at once: {running:?}"
+                );
+                let run = run_of(record).unwrap().to_owned();
+                order.push(run.clone());
+                running = Some(run);
+            }
+            "RunCompleted" | "RunFailed" | "RunCancelled" => running = None,
+            "AttemptStarted" => {
+                let body = &record["event"]["AttemptStarted"];
+                assert_eq!(body["attempt"], 1, "a queued turn spent no attempt");
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(order, runs, "first in, first out across replicas");
+    assert!(endings(&export).values().all(|count| *count == 1));
+}
+
+#[tokio::test]
+async fn a_run_on_one_replica_streams_and_cancels_from_the_other() {
+    let Some(cluster) = Cluster::new(0) else {
+        return;
+    };
+    let a = cluster.replica("a");
+    let b = cluster.replica("b");
+    let run = background(
+        &a,
+        "live",
+        "/tool Read {\"file\":\"a\"}\n/sleep 300\n/tool Read {\"file\":\"b\"}\n/sleep 300\ndone",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Re-attached on B while it runs on A: every event once, in order, to the end.
+    let response = post_form(
+        &b,
+        &format!("/agents/scripted/runs/{run}/resume"),
+        &[("session_id", "live")],
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let frames = parse_sse(&response.text().await.unwrap());
+    let types = event_types(&frames);
+    assert_eq!(types.last(), Some(&"RunCompleted"), "{types:?}");
+    assert_eq!(
+        types.iter().filter(|t| **t == "ToolCallCompleted").count(),
+        2,
+        "{types:?}"
+    );
+    let indexes: Vec<i64> = frames
+        .iter()
+        .filter_map(|frame| frame.id.as_deref()?.parse().ok())
+        .collect();
+    assert!(
+        indexes.windows(2).all(|pair| pair[1] == pair[0] + 1),
+        "gap-free, each once: {indexes:?}"
+    );
+
+    // A long run on A, cancelled from B: it ends within a second.
+    let long = background(&a, "cancel", "/tool Bash {}\n/sleep 30000\nnever").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let cancelled = post_form(
+        &b,
+        &format!("/agents/scripted/runs/{long}/cancel"),
+        &[("session_id", "cancel")],
+    )
+    .await;
+    assert_eq!(cancelled.status(), 200);
+    let ended = wait_for_end(&b, &long, "cancel", Duration::from_secs(5)).await;
+    let took = started.elapsed();
+    assert_eq!(ended["status"], "CANCELLED", "{ended}");
+    assert!(took < Duration::from_secs(1), "cancel took {took:?}");
+    a.terminate();
+    b.terminate();
+    assert!(cluster.verify().starts_with("journal ok"));
+}
+
+#[tokio::test]
+async fn a_killed_replicas_run_is_finished_by_the_other_exactly_once() {
+    let Some(cluster) = Cluster::new(1) else {
+        return;
+    };
+    let a = cluster.replica("a");
+    let b = cluster.replica("b");
+    let run = background(&a, "crash", "/sleep 1500\nsurvived").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.kill();
+    // B takes the session once A's lease (2 s) lapses, and gives the run its second
+    // attempt.
+    let ended = wait_for_end(&b, &run, "crash", Duration::from_secs(15)).await;
+    assert_eq!(ended["status"], "COMPLETED", "{ended}");
+    assert_eq!(ended["content"], "echo: survived");
+    b.terminate();
+    let export = cluster.export();
+    assert_eq!(endings(&export).get(&run), Some(&1));
+    let attempts: Vec<_> = export
+        .iter()
+        .filter(|record| kind(record) == "AttemptStarted")
+        .map(|record| record["event"]["AttemptStarted"]["attempt"].clone())
+        .collect();
+    assert_eq!(attempts, [1, 2]);
+    assert!(cluster.verify().starts_with("journal ok"));
+}
+
+#[tokio::test]
+async fn a_replica_stopped_past_its_lease_is_fenced_and_writes_nothing_more() {
+    let Some(cluster) = Cluster::new(1) else {
+        return;
+    };
+    let a = cluster.replica("a");
+    let b = cluster.replica("b");
+    let run = background(&a, "paused", "/sleep 1500\nafter the pause").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stop = |signal: &str| {
+        std::process::Command::new("kill")
+            .args([signal, &a.pid().to_string()])
+            .status()
+            .unwrap()
+    };
+    stop("-STOP");
+    let ended = wait_for_end(&b, &run, "paused", Duration::from_secs(15)).await;
+    assert_eq!(ended["status"], "COMPLETED", "{ended}");
+    let before = cluster.export().len();
+    stop("-CONT");
+    // A wakes up believing it holds the session: its first write is refused, and it
+    // stops working on it.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let export = cluster.export();
+    assert_eq!(
+        export.len(),
+        before,
+        "nothing written after the takeover by the stopped replica: {:?}",
+        &export[before..]
+    );
+    assert_eq!(endings(&export).get(&run), Some(&1));
+    assert!(
+        a.logs().iter().any(|line| line.contains("lease")),
+        "A says it lost the lease: {:?}",
+        a.logs()
+    );
+    // Both replicas serve the session afterwards.
+    let next = post_form_json(
+        &a,
+        "/agents/scripted/runs",
+        &[
+            ("message", "again"),
+            ("session_id", "paused"),
+            ("stream", "false"),
+        ],
+    )
+    .await;
+    assert_eq!(next["content"], "echo: again", "{next}");
+    a.terminate();
+    b.terminate();
+    assert!(cluster.verify().starts_with("journal ok"));
+    let _ = &cluster.url;
+}
