@@ -134,9 +134,29 @@ async fn the_server_survives_sigkill_under_load() {
     );
 
     let server = Server::start_with(&data, &args);
+    all_ended(&server, &runs).await;
+    every_session_takes_a_turn(&server).await;
+    server.terminate();
+
+    let verify = turnstile(&["journal", "verify", "--data-dir", data.to_str().unwrap()]);
+    assert_eq!(
+        verify.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+    check_journal(&Journal::open(&data, JournalOptions::default()).unwrap());
+    println!(
+        "{kills} SIGKILLs, {} acknowledged runs all ended",
+        runs.len()
+    );
+}
+
+/// Waits until every acknowledged run has ended.
+async fn all_ended(server: &Server, runs: &[String]) {
     let client = client();
     let deadline = Instant::now() + Duration::from_secs(90);
-    for run_id in &runs {
+    for run_id in runs {
         loop {
             let run: Value = client
                 .get(server.url(&format!("/agents/scripted/runs/{run_id}")))
@@ -157,6 +177,10 @@ async fn the_server_survives_sigkill_under_load() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+async fn every_session_takes_a_turn(server: &Server) {
+    let client = client();
     for n in 0..SESSIONS {
         let response = client
             .post(server.url("/agents/scripted/runs"))
@@ -176,16 +200,10 @@ async fn the_server_survives_sigkill_under_load() {
             "session s{n} takes a new turn: {run}"
         );
     }
-    server.terminate();
+}
 
-    let verify = turnstile(&["journal", "verify", "--data-dir", data.to_str().unwrap()]);
-    assert_eq!(
-        verify.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&verify.stdout)
-    );
-    let journal = Journal::open(&data, JournalOptions::default()).unwrap();
+/// No attempt ran twice, no tool call appears twice in a run, no run is left open.
+fn check_journal(journal: &Journal) {
     let mut attempts: HashMap<String, Vec<u32>> = HashMap::new();
     let mut tool_calls: HashMap<String, HashSet<String>> = HashMap::new();
     for record in journal.read_from(JournalPos(0)) {
@@ -223,8 +241,82 @@ async fn the_server_survives_sigkill_under_load() {
         "runs left open: {:?}",
         journal.open_runs().unwrap()
     );
+}
+
+/// The same load on two replicas of one PostgreSQL journal (issue 16), killed with
+/// SIGKILL in turn at random moments and restarted (each time under a new name, so the
+/// other or the restarted one takes its sessions over once its 1 s lease lapses).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_postgres_survive_sigkill_under_load() {
+    let Some(url) = turnstile_tests::postgres::database() else {
+        return;
+    };
+    let kills: usize = std::env::var("TURNSTILE_SERVER_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let seed: u64 = std::env::var("TURNSTILE_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| rand::rng().random());
+    println!("seed {seed} (replay with TURNSTILE_SEED={seed})");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "max_concurrent_runs = 4\n\n[journal]\nbackend = \"postgres\"\nurl = \"{url}\"\nlease_s = 1"
+        ),
+        "retries = 1\ndelay_between_retries_s = 0.05",
+    );
+    let args = ["--config", config.to_str().unwrap()];
+    let start = |name: &str| Server::start_with(&dir.path().join(name), &args);
+    let acknowledged: Acknowledged = Arc::new(Mutex::new(Vec::new()));
+    let mut rng: rand::rngs::StdRng = rand::SeedableRng::seed_from_u64(seed);
+    let mut replicas = [Some(start("a")), Some(start("b"))];
+    for kill in 0..kills {
+        let workers: Vec<_> = (0..4)
+            .map(|n| {
+                let server = replicas[n % 2].as_ref().unwrap();
+                tokio::spawn(load(
+                    server.base.clone(),
+                    acknowledged.clone(),
+                    seed ^ ((kill * 8 + n) as u64),
+                ))
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(rng.random_range(300..1200))).await;
+        let victim = kill % 2;
+        replicas[victim].take().unwrap().kill();
+        for worker in workers {
+            worker.abort();
+        }
+        replicas[victim] = Some(start(if victim == 0 { "a" } else { "b" }));
+    }
+    let runs: Vec<String> = acknowledged.lock().unwrap().clone();
+    assert!(
+        runs.len() >= 20,
+        "too little load to test anything: {} runs",
+        runs.len()
+    );
+    let [Some(a), Some(b)] = replicas else {
+        unreachable!("both restarted");
+    };
+    all_ended(&a, &runs).await;
+    all_ended(&b, &runs).await;
+    every_session_takes_a_turn(&b).await;
+    a.terminate();
+    b.terminate();
+
+    let verify = turnstile(&["journal", "verify", "--config", config.to_str().unwrap()]);
+    assert_eq!(
+        verify.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+    check_journal(&turnstile_tests::JournalPlace::Postgres(url).open());
     println!(
-        "{kills} SIGKILLs, {} acknowledged runs all ended",
+        "{kills} SIGKILLs of two replicas, {} acknowledged runs all ended",
         runs.len()
     );
 }
