@@ -392,3 +392,66 @@ async fn a_replica_stopped_past_its_lease_is_fenced_and_writes_nothing_more() {
     assert!(cluster.verify().starts_with("journal ok"));
     let _ = &cluster.url;
 }
+
+/// The real Claude Code CLI on two replicas: turn 1 on A, turn 2 on B, whose CLI starts
+/// from the journal's transcript alone (each replica has a data directory of its own,
+/// so B has none of A's CLI files), and the fake model receives the whole history.
+#[tokio::test]
+async fn a_claude_session_started_on_one_replica_resumes_on_the_other() {
+    let Some(bin) = turnstile_tests::claude::claude_bin() else {
+        return;
+    };
+    let Some(url) = turnstile_tests::postgres::database() else {
+        return;
+    };
+    let fake = turnstile_tests::fake_anthropic::FakeAnthropic::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = turnstile_tests::claude::claude_config(
+        dir.path(),
+        &bin,
+        &fake,
+        &format!("\n[journal]\nbackend = \"postgres\"\nurl = \"{url}\"\nlease_s = 2"),
+        "warm_processes = 0",
+    );
+    let config = config.to_str().unwrap();
+    let a = Server::start_with(&dir.path().join("a"), &["--config", config]);
+    let b = Server::start_with(&dir.path().join("b"), &["--config", config]);
+    let turn = |server: &Server, message: &str| {
+        let form = [
+            ("message", message.to_owned()),
+            ("session_id", "claude-s".to_owned()),
+            ("stream", "false".to_owned()),
+        ];
+        let url = server.url("/agents/claude/runs");
+        async move {
+            turnstile_tests::http_client()
+                .post(url)
+                .form(&form)
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let first = turn(
+        &a,
+        "The secret is KIWI-42.\n@bash echo tool-said-MANGO\n@reply noted",
+    )
+    .await;
+    assert_eq!(first["status"], "COMPLETED", "{first}");
+    let second = turn(&b, "on the other replica\n@reply second answer").await;
+    assert_eq!(second["status"], "COMPLETED", "{second}");
+    let seen = fake
+        .last_request_with("on the other replica")
+        .conversation_text();
+    for earlier in ["KIWI-42", "tool-said-MANGO", "noted"] {
+        assert!(
+            seen.contains(earlier),
+            "the model did not see {earlier:?}: {seen}"
+        );
+    }
+    a.terminate();
+    b.terminate();
+}
