@@ -237,8 +237,9 @@ impl Runtime {
                                 }
                             }
                         }
+                        let journal = runtime.journal().clone();
                         drop(runtime);
-                        tokio::time::sleep(COMMANDS_EVERY).await;
+                        journal.wait_for_commands(COMMANDS_EVERY).await;
                     }
                 });
             })
@@ -872,8 +873,9 @@ impl Runtime {
 /// How long a command for a session another replica owns waits for it (the owner's
 /// answer, or the session to come free).
 const ELSEWHERE_WAIT: Duration = Duration::from_secs(10);
-/// How often a replica looks for commands other replicas left for it.
-const COMMANDS_EVERY: Duration = Duration::from_millis(10);
+/// How long a replica waits for word of a command left for it (a notification) before
+/// it looks anyway; sessions to take over are looked for as often.
+const COMMANDS_EVERY: Duration = Duration::from_millis(250);
 /// How often a replica looks for sessions to take over.
 const CLAIM_EVERY: Duration = Duration::from_millis(250);
 

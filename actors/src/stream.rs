@@ -40,8 +40,9 @@ pub struct RunEvents {
     done: bool,
 }
 
-/// How often a stream that follows the journal looks for a run's next events.
-const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
+/// How long a stream that follows the journal waits for word that the session's stream
+/// grew (a notification) before it looks anyway.
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl RunEvents {
     pub(crate) fn new(
@@ -115,7 +116,9 @@ impl RunEvents {
                 }
                 if self.backlog.is_empty() {
                     if self.follow {
-                        tokio::time::sleep(FOLLOW_EVERY).await;
+                        self.journal
+                            .wait_for_session(&self.session_id, FOLLOW_EVERY)
+                            .await;
                     } else {
                         self.done = true;
                     }

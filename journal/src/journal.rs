@@ -374,6 +374,24 @@ impl Journal {
         }
     }
 
+    /// Waits at most `timeout` for another replica to leave a command for this one
+    /// (LISTEN/NOTIFY; a hint: read [`Journal::take_commands`] either way).
+    pub async fn wait_for_commands(&self, timeout: Duration) {
+        match &self.backend {
+            Backend::Sled(_) => tokio::time::sleep(timeout).await,
+            Backend::Postgres(pg) => pg.wait_for_commands(timeout).await,
+        }
+    }
+
+    /// Waits at most `timeout` for a session's stream to grow (written by any replica;
+    /// a hint: read the stream either way).
+    pub async fn wait_for_session(&self, session_id: &SessionId, timeout: Duration) {
+        match &self.backend {
+            Backend::Sled(_) => tokio::time::sleep(timeout).await,
+            Backend::Postgres(pg) => pg.wait_for_session(session_id, timeout).await,
+        }
+    }
+
     /// Takes the commands other replicas left for this one.
     pub fn take_commands(&self) -> Result<Vec<Command>, Error> {
         match &self.backend {

@@ -168,6 +168,12 @@ struct Inner {
     leases: Mutex<HashMap<SessionId, LeaseState>>,
     /// Counts the heartbeat's lapses: every lease was lost at each.
     lapses: tokio::sync::watch::Sender<u64>,
+    /// Notifications from the database (LISTEN): a hint that something changed.
+    notices: broadcast::Sender<Notice>,
+    /// Sessions appended to here, for the debounced `turnstile_events` notification.
+    touched: mpsc::UnboundedSender<SessionId>,
+    /// The connection settings, for the listening connection.
+    config: tokio_postgres::Config,
     next_pos: Arc<AtomicU64>,
     live: broadcast::Sender<Arc<Recorded>>,
     /// Wakes the follower after a local append.
@@ -227,6 +233,8 @@ impl PgJournal {
             .enable_all()
             .build()?;
         let handle = runtime.handle().clone();
+        let listen_config = config.clone();
+        let (touched_sender, touched) = mpsc::unbounded_channel();
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -287,6 +295,9 @@ impl PgJournal {
             lease: options.lease,
             leases: Mutex::new(HashMap::new()),
             lapses: tokio::sync::watch::channel(0).0,
+            notices: broadcast::channel(1024).0,
+            touched: touched_sender,
+            config: listen_config,
         });
         let mut senders = Vec::with_capacity(APPENDERS);
         for _ in 0..APPENDERS {
@@ -297,6 +308,8 @@ impl PgJournal {
         *inner.appenders.lock().map_err(|_| Error::Stopped)? = Some(senders);
         handle.spawn(follower(Arc::downgrade(&inner)));
         handle.spawn(heartbeat(Arc::downgrade(&inner)));
+        handle.spawn(listener(Arc::downgrade(&inner)));
+        handle.spawn(notifier(Arc::downgrade(&inner), touched));
         Ok(PgJournal { inner })
     }
 
@@ -1026,6 +1039,7 @@ impl PgJournal {
                     &[&session, &target, &kind, &body],
                 )
                 .await?;
+            notify(&client, INBOX_CHANNEL, &target).await;
             Ok(row.get(0))
         })
     }
@@ -1069,8 +1083,48 @@ impl PgJournal {
             if let Some(answer) = outcome {
                 return Ok(answer);
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            let id = id.to_string();
+            self.wait_for(REPLIES_CHANNEL, |payload| payload == id, Duration::from_millis(50))
+                .await;
         }
+    }
+
+    /// Waits (at most `timeout`) for a notification on `channel` whose payload `wanted`
+    /// accepts, or for the listening connection to come back (anything may have been
+    /// missed meanwhile). A hint only: the caller reads the database either way.
+    pub(crate) async fn wait_for(
+        &self,
+        channel: &str,
+        wanted: impl Fn(&str) -> bool,
+        timeout: Duration,
+    ) {
+        let mut notices = self.inner.notices.subscribe();
+        let _ = tokio::time::timeout(timeout, async {
+            loop {
+                match notices.recv().await {
+                    Ok(notice) if notice.channel == RESYNC || (notice.channel == channel && notice.payload.split(',').any(&wanted)) => return,
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => return,
+                    Err(broadcast::error::RecvError::Closed) => {
+                        std::future::pending::<()>().await;
+                    }
+                }
+            }
+        })
+        .await;
+    }
+
+    /// Waits (at most `timeout`) until another replica leaves a command for this one.
+    pub(crate) async fn wait_for_commands(&self, timeout: Duration) {
+        let me = self.replica_id();
+        self.wait_for(INBOX_CHANNEL, |target| target == me, timeout).await;
+    }
+
+    /// Waits (at most `timeout`) until a session's stream may have grown.
+    pub(crate) async fn wait_for_session(&self, session_id: &SessionId, timeout: Duration) {
+        let session = session_id.as_str().to_owned();
+        self.wait_for(EVENTS_CHANNEL, |touched| touched == session, timeout)
+            .await;
     }
 
     /// Takes the commands left for this replica, oldest first.
@@ -1115,6 +1169,7 @@ impl PgJournal {
                     &[&id, &reply],
                 )
                 .await?;
+            notify(&client, REPLIES_CHANNEL, &id.to_string()).await;
             Ok(())
         })
     }
@@ -1322,6 +1377,7 @@ async fn appender(inner: std::sync::Weak<Inner>, mut receiver: mpsc::Receiver<Re
                 .stats
                 .record_sync(started.elapsed().as_micros() as u64, 1);
             inner.appended.notify_one();
+            let _ = inner.touched.send(session_id.clone());
         }
         let _ = reply.send(answer);
     }
@@ -1948,5 +2004,126 @@ async fn lapse(inner: &Inner, why: &str) {
         Err(error) => {
             tracing::error!(%error, "registering again failed; retrying at the next heartbeat")
         }
+    }
+}
+
+/// A notification: its channel and payload.
+#[derive(Debug, Clone)]
+pub(crate) struct Notice {
+    channel: String,
+    payload: String,
+}
+
+/// Commands for a replica (payload: its id).
+const INBOX_CHANNEL: &str = "turnstile_inbox";
+/// Answers to commands (payload: the command's id).
+const REPLIES_CHANNEL: &str = "turnstile_replies";
+/// Streams that grew (payload: session ids, comma-separated).
+const EVENTS_CHANNEL: &str = "turnstile_events";
+/// Not a database channel: the listening connection came back, so notifications may
+/// have been missed.
+const RESYNC: &str = "";
+
+/// Sends a notification in a transaction of its own, after the change it announces
+/// has committed, and without waiting for a WAL flush (a notification is a hint; a
+/// NOTIFY inside the change's transaction would serialize commits database-wide).
+async fn notify(client: &deadpool_postgres::Client, channel: &str, payload: &str) {
+    let sent = async {
+        client.batch_execute("BEGIN; SET LOCAL synchronous_commit = off").await?;
+        client
+            .execute("SELECT pg_notify($1, $2)", &[&channel, &payload])
+            .await?;
+        client.batch_execute("COMMIT").await
+    }
+    .await;
+    if let Err(error) = sent {
+        let _ = client.batch_execute("ROLLBACK").await;
+        tracing::debug!(%error, channel, "a notification was not sent (the others poll)");
+    }
+}
+
+/// Announces the sessions this replica appended to, a few milliseconds' worth at a time.
+async fn notifier(inner: std::sync::Weak<Inner>, mut touched: mpsc::UnboundedReceiver<SessionId>) {
+    while let Some(first) = touched.recv().await {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let mut sessions = std::collections::BTreeSet::from([first.as_str().to_owned()]);
+        while let Ok(more) = touched.try_recv() {
+            sessions.insert(more.as_str().to_owned());
+        }
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let Ok(client) = inner.pool.get().await else {
+            continue;
+        };
+        // A payload holds at most 8,000 bytes.
+        let mut payload = String::new();
+        for session in sessions {
+            if payload.len() + session.len() + 1 > 7_900 {
+                notify(&client, EVENTS_CHANNEL, &payload).await;
+                payload.clear();
+            }
+            if !payload.is_empty() {
+                payload.push(',');
+            }
+            payload.push_str(&session);
+        }
+        notify(&client, EVENTS_CHANNEL, &payload).await;
+    }
+}
+
+/// One connection of its own, outside the pool, that LISTENs and hands notifications
+/// on; it reconnects when it drops, and says so (notifications may have been missed).
+async fn listener(inner: std::sync::Weak<Inner>) {
+    loop {
+        let Some(config) = inner.upgrade().map(|inner| inner.config.clone()) else {
+            return;
+        };
+        match config.connect(NoTls).await {
+            Ok((client, mut connection)) => {
+                let (sender, mut received) = mpsc::unbounded_channel();
+                let driver = tokio::spawn(async move {
+                    let mut messages =
+                        futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+                    while let Some(Ok(message)) = futures::StreamExt::next(&mut messages).await {
+                        if let tokio_postgres::AsyncMessage::Notification(notification) = message {
+                            let _ = sender.send(Notice {
+                                channel: notification.channel().to_owned(),
+                                payload: notification.payload().to_owned(),
+                            });
+                        }
+                    }
+                });
+                let listening = client
+                    .batch_execute(&format!(
+                        "LISTEN {INBOX_CHANNEL}; LISTEN {REPLIES_CHANNEL}; LISTEN {EVENTS_CHANNEL}"
+                    ))
+                    .await;
+                if listening.is_ok() {
+                    if let Some(inner) = inner.upgrade() {
+                        let _ = inner.notices.send(Notice {
+                            channel: RESYNC.into(),
+                            payload: String::new(),
+                        });
+                    }
+                    while let Some(notice) = received.recv().await {
+                        let Some(inner) = inner.upgrade() else {
+                            return;
+                        };
+                        if inner.closed.load(Ordering::SeqCst) {
+                            return;
+                        }
+                        let _ = inner.notices.send(notice);
+                    }
+                }
+                driver.abort();
+            }
+            Err(error) => tracing::debug!(%error, "the listening connection failed; retrying"),
+        }
+        match inner.upgrade() {
+            Some(inner) if !inner.closed.load(Ordering::SeqCst) => {}
+            _ => return,
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
