@@ -151,6 +151,16 @@ CREATE TABLE turnstile.projections (
   value  bytea NOT NULL
 );
 
+-- Stores a projection without waiting for the WAL flush (as sled writes them without a
+-- sync): a write lost in a crash is refolded from the records, which are durable.
+CREATE FUNCTION turnstile.put_projection(p_key text, p_value bytea) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM set_config('synchronous_commit', 'off', true);
+  INSERT INTO turnstile.projections (key, value) VALUES (p_key, p_value)
+  ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;
+END $$;
+
 -- One append: one statement, one transaction. Locks the stream's head, checks the
 -- lease (the caller's fencing token, or takes a free lease when it has none) and the
 -- expected sequence, inserts the records and the indexes they change. Answers 'ok',
@@ -273,7 +283,18 @@ BEGIN
   IF v_pos IS NOT NULL THEN
     RETURN v_pos;
   END IF;
-  SELECT p.next_pos INTO v_next FROM turnstile.positions p FOR UPDATE;
+  -- Nothing finished waits for a position: come back (taking the lock would give this
+  -- transaction an id, and its commit a flush, for nothing).
+  IF NOT EXISTS (SELECT 1 FROM turnstile.events e
+                  WHERE e.pos IS NULL AND e.tx < pg_snapshot_xmin(pg_current_snapshot())) THEN
+    RETURN NULL;
+  END IF;
+  -- Another replica's or appender's call is positioning: it takes this record too, or
+  -- the caller's next call does; queueing behind it would serialize commits.
+  SELECT p.next_pos INTO v_next FROM turnstile.positions p FOR UPDATE SKIP LOCKED;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
   WITH todo AS (
     SELECT e.session_id, e.seq,
            v_next - 1 + row_number() OVER (ORDER BY e.tx, e.seq) AS pos

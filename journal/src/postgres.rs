@@ -120,7 +120,10 @@ impl From<tokio_postgres::Error> for Error {
                 db.message(),
                 db.code().code()
             )),
-            None => Error::Store(format!("PostgreSQL: {error}")),
+            None => match std::error::Error::source(&error) {
+                Some(cause) => Error::Store(format!("PostgreSQL: {error}: {cause}")),
+                None => Error::Store(format!("PostgreSQL: {error}")),
+            },
         }
     }
 }
@@ -256,8 +259,11 @@ impl PgJournal {
             let name = options.replica_name.clone();
             let lease = options.lease;
             block_on(&handle, async move {
-                let client = pool.get().await.map_err(|error| {
-                    Error::Store(format!("cannot connect to {url}: {}", Error::from(error)))
+                let client = pool.get().await.map_err(|error| match Error::from(error) {
+                    Error::Store(reason) => {
+                        Error::Store(format!("cannot connect to {url}: {reason}"))
+                    }
+                    other => other,
                 })?;
                 migrate(&client).await?;
                 let row = client.query_one("SHOW synchronous_commit", &[]).await?;
@@ -724,13 +730,10 @@ impl PgJournal {
         let value = value.to_vec();
         self.block(async move {
             let client = pool.get().await?;
-            client
-                .execute(
-                    "INSERT INTO turnstile.projections (key, value) VALUES ($1, $2) \
-                     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                    &[&key, &value],
-                )
+            let statement = client
+                .prepare_cached("SELECT turnstile.put_projection($1, $2)")
                 .await?;
+            client.execute(&statement, &[&key, &value]).await?;
             Ok(())
         })
     }
@@ -1084,8 +1087,12 @@ impl PgJournal {
                 return Ok(answer);
             }
             let id = id.to_string();
-            self.wait_for(REPLIES_CHANNEL, |payload| payload == id, Duration::from_millis(50))
-                .await;
+            self.wait_for(
+                REPLIES_CHANNEL,
+                |payload| payload == id,
+                Duration::from_millis(50),
+            )
+            .await;
         }
     }
 
@@ -1102,7 +1109,13 @@ impl PgJournal {
         let _ = tokio::time::timeout(timeout, async {
             loop {
                 match notices.recv().await {
-                    Ok(notice) if notice.channel == RESYNC || (notice.channel == channel && notice.payload.split(',').any(&wanted)) => return,
+                    Ok(notice)
+                        if notice.channel == RESYNC
+                            || (notice.channel == channel
+                                && notice.payload.split(',').any(&wanted)) =>
+                    {
+                        return;
+                    }
                     Ok(_) => {}
                     Err(broadcast::error::RecvError::Lagged(_)) => return,
                     Err(broadcast::error::RecvError::Closed) => {
@@ -1117,7 +1130,8 @@ impl PgJournal {
     /// Waits (at most `timeout`) until another replica leaves a command for this one.
     pub(crate) async fn wait_for_commands(&self, timeout: Duration) {
         let me = self.replica_id();
-        self.wait_for(INBOX_CHANNEL, |target| target == me, timeout).await;
+        self.wait_for(INBOX_CHANNEL, |target| target == me, timeout)
+            .await;
     }
 
     /// Waits (at most `timeout`) until a session's stream may have grown.
@@ -1635,7 +1649,9 @@ async fn position(
     let statement = client
         .prepare_cached("SELECT turnstile.position_records($1, $2, $3)")
         .await?;
-    let mut wait = Duration::from_micros(200);
+    // Short waits: what holds a record back is another append's transaction, which
+    // lasts a statement (a long one is an operator's, and waits a little longer).
+    let mut tries = 0u32;
     loop {
         let row = client
             .query_one(&statement, &[&session_id.as_str(), &seq, &POSITION_BATCH])
@@ -1643,8 +1659,12 @@ async fn position(
         if let Some(pos) = row.get::<_, Option<i64>>(0) {
             return Ok(pos as u64);
         }
-        tokio::time::sleep(wait).await;
-        wait = (wait * 2).min(Duration::from_millis(20));
+        tries += 1;
+        if tries > 3 {
+            tokio::time::sleep(Duration::from_millis(if tries > 100 { 10 } else { 1 })).await;
+        } else {
+            tokio::task::yield_now().await;
+        }
     }
 }
 
@@ -2029,7 +2049,9 @@ const RESYNC: &str = "";
 /// NOTIFY inside the change's transaction would serialize commits database-wide).
 async fn notify(client: &deadpool_postgres::Client, channel: &str, payload: &str) {
     let sent = async {
-        client.batch_execute("BEGIN; SET LOCAL synchronous_commit = off").await?;
+        client
+            .batch_execute("BEGIN; SET LOCAL synchronous_commit = off")
+            .await?;
         client
             .execute("SELECT pg_notify($1, $2)", &[&channel, &payload])
             .await?;

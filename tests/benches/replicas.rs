@@ -1,0 +1,284 @@
+//! PostgreSQL beside sled, measured side by side in one run (issue 16), written up in
+//! `docs/PERFORMANCE.md`:
+//! - durable events per second through the journal API: 16 appenders, 16 events an
+//!   append, on sled and on PostgreSQL (the test suite's throwaway cluster);
+//! - quick turns per second over HTTP (scripted harness, `stream=false`, a new session
+//!   a turn, 32 clients): one server on sled, one replica on PostgreSQL, two replicas
+//!   on PostgreSQL with the clients split between them;
+//! - stream latency: from a run's end being journaled on replica A to its terminal frame
+//!   reaching a client re-attached on A itself, and on replica B.
+//!
+//! `cargo bench -p turnstile-tests --bench replicas`. Knob: `BENCH_SECONDS` (5).
+//! Not a test: nothing is asserted beyond the runs completing.
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use turnstile_journal::{
+    Event, Expected, Journal, JournalOptions, PostgresOptions, RunId, SessionId,
+};
+use turnstile_tests::{Server, http_client, knob, median, parse_sse};
+
+static APPENDERS: std::sync::LazyLock<usize> =
+    std::sync::LazyLock::new(|| knob("BENCH_APPENDERS", 16));
+const EVENTS_PER_APPEND: usize = 16;
+const CLIENTS: usize = 32;
+
+fn line(n: usize) -> Event {
+    Event::TranscriptLineAppended {
+        run_id: RunId::parse("bench").unwrap(),
+        harness_session_id: "h".into(),
+        line: format!(
+            "{{\"type\":\"assistant\",\"n\":{n},\"text\":\"{}\"}}",
+            "x".repeat(300)
+        ),
+    }
+}
+
+async fn events_per_second(journal: Journal, seconds: u64) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let tasks: Vec<_> = (0..*APPENDERS)
+        .map(|n| {
+            let (journal, done) = (journal.clone(), done.clone());
+            tokio::spawn(async move {
+                let session = SessionId::parse(&format!("bench-{n}")).unwrap();
+                while Instant::now() < deadline {
+                    let events = (0..EVENTS_PER_APPEND).map(line).collect();
+                    journal
+                        .append(&session, Expected::Any, events)
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    done.fetch_add(EVENTS_PER_APPEND as u64, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}
+
+fn config(dir: &std::path::Path, journal: &str) -> std::path::PathBuf {
+    let path = dir.join("bench.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nmax_concurrent_runs = 64\nmax_queued_runs = 100000\n\n{journal}\n\n[[agents]]\nid = \"scripted\"\nharness = \"scripted\"\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+async fn turns_per_second(servers: &[&Server], seconds: u64) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let client = http_client();
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|n| {
+            let base = servers[n % servers.len()].base.clone();
+            let (client, done) = (client.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut turn = 0;
+                while Instant::now() < deadline {
+                    let session = format!("t{n}-{turn}");
+                    turn += 1;
+                    let run: Value = client
+                        .post(format!("{base}/agents/scripted/runs"))
+                        .form(&[
+                            ("message", "hi"),
+                            ("session_id", &session),
+                            ("stream", "false"),
+                        ])
+                        .send()
+                        .await
+                        .unwrap()
+                        .json()
+                        .await
+                        .unwrap();
+                    assert_eq!(run["status"], "COMPLETED", "{run}");
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}
+
+fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64
+}
+
+/// From a run's terminal record (its journal time) on `runner` to its terminal frame on
+/// `reader`, re-attached while the run sleeps.
+async fn stream_latency(
+    runner: &Server,
+    reader: &Server,
+    config: &std::path::Path,
+    dir: &std::path::Path,
+    samples: usize,
+) -> Duration {
+    let client = http_client();
+    let mut latencies = Vec::new();
+    for n in 0..samples {
+        let session = format!(
+            "lat-{n}-{}",
+            if std::ptr::eq(runner, reader) {
+                "same"
+            } else {
+                "across"
+            }
+        );
+        let accepted: Value = client
+            .post(format!("{}/agents/scripted/runs", runner.base))
+            .form(&[
+                ("message", "/sleep 150\nend"),
+                ("session_id", &session),
+                ("stream", "false"),
+                ("background", "true"),
+            ])
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let run_id = accepted["run_id"].as_str().unwrap().to_owned();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut response = client
+            .post(format!(
+                "{}/agents/scripted/runs/{run_id}/resume",
+                reader.base
+            ))
+            .form(&[("session_id", session.as_str())])
+            .send()
+            .await
+            .unwrap();
+        let mut body = String::new();
+        let mut received = 0;
+        while let Some(chunk) = response.chunk().await.unwrap() {
+            body.push_str(&String::from_utf8_lossy(&chunk));
+            if body.contains("RunCompleted") {
+                received = now_us();
+                break;
+            }
+        }
+        let _ = parse_sse(&body);
+        // The terminal record's journal time, from the audit CLI's export of the session.
+        let export = turnstile_tests::turnstile_in_ok(
+            dir,
+            &[
+                "journal",
+                "export",
+                "--session",
+                &session,
+                "--config",
+                config.to_str().unwrap(),
+            ],
+        );
+        let ended = export
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .find(|record| {
+                record["event"]["RunCompleted"]["run_id"].as_str() == Some(run_id.as_str())
+            })
+            .and_then(|record| record["ts_us"].as_i64())
+            .unwrap();
+        latencies.push(Duration::from_micros((received - ended).max(0) as u64));
+        if std::env::var_os("BENCH_VERBOSE").is_some() {
+            println!("  sample {n}: {:?}", latencies.last().unwrap());
+        }
+    }
+    median(latencies)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let seconds = knob("BENCH_SECONDS", 5) as u64;
+    let Some(url) = turnstile_tests::postgres::database() else {
+        panic!("PostgreSQL is needed");
+    };
+    println!(
+        "machine: {} cores",
+        std::thread::available_parallelism()
+            .map(usize::from)
+            .unwrap_or(0)
+    );
+
+    // Durable events/s through the journal API.
+    let dir = tempfile::tempdir().unwrap();
+    let sled = Journal::open(dir.path(), JournalOptions::default()).unwrap();
+    let sled_rate = events_per_second(sled.clone(), seconds).await;
+    sled.close().unwrap();
+    let pg = Journal::open_postgres(
+        &PostgresOptions::new(url.clone()),
+        JournalOptions::default(),
+    )
+    .unwrap();
+    let pg_rate = events_per_second(pg.clone(), seconds).await;
+    let stats = pg.stats();
+    println!(
+        "PostgreSQL appends: {}, {:.2} ms each on average (append and position)",
+        stats.appends,
+        stats.sync_us_total as f64 / stats.appends.max(1) as f64 / 1000.0
+    );
+    pg.close().unwrap();
+    println!(
+        "durable events/s ({} appenders x {EVENTS_PER_APPEND} events): sled {sled_rate:.0}, PostgreSQL {pg_rate:.0} ({:.2}x sled)",
+        *APPENDERS,
+        pg_rate / sled_rate
+    );
+
+    // Quick turns/s over HTTP.
+    let turns_url = turnstile_tests::postgres::database().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let sled_config = config(dir.path(), "");
+    let server = Server::start_with(
+        &dir.path().join("sled"),
+        &["--config", sled_config.to_str().unwrap()],
+    );
+    let sled_turns = turns_per_second(&[&server], seconds).await;
+    server.terminate();
+    let pg_dir = tempfile::tempdir().unwrap();
+    let pg_config = config(
+        pg_dir.path(),
+        &format!("[journal]\nbackend = \"postgres\"\nurl = \"{turns_url}\""),
+    );
+    let pg_args = ["--config", pg_config.to_str().unwrap()];
+    let one = Server::start_with(&pg_dir.path().join("a"), &pg_args);
+    let one_turns = turns_per_second(&[&one], seconds).await;
+    let two = Server::start_with(&pg_dir.path().join("b"), &pg_args);
+    let two_turns = turns_per_second(&[&one, &two], seconds).await;
+    println!(
+        "quick turns/s over HTTP ({CLIENTS} clients, a new session each): sled {sled_turns:.0}, PostgreSQL one replica {one_turns:.0} ({:.2}x sled), two replicas {two_turns:.0} ({:.2}x one)",
+        one_turns / sled_turns,
+        two_turns / one_turns
+    );
+
+    // Stream latency, same replica and across replicas.
+    let same = stream_latency(&one, &one, &pg_config, pg_dir.path(), 20).await;
+    let across = stream_latency(&one, &two, &pg_config, pg_dir.path(), 20).await;
+    println!(
+        "terminal frame after the run's end was journaled (median of 20): re-attached on the same replica {:.1} ms, on the other replica {:.1} ms",
+        same.as_secs_f64() * 1000.0,
+        across.as_secs_f64() * 1000.0
+    );
+    one.terminate();
+    two.terminate();
+}
