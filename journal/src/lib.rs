@@ -10,6 +10,7 @@
 //! This crate deliberately knows nothing about actors, HTTP or harnesses: it stores
 //! and returns events, and it is the only crate that names `sled` or `bincode`.
 
+mod chain;
 pub mod codec;
 pub mod event;
 pub mod ids;

@@ -28,6 +28,7 @@ use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 use tokio_postgres::NoTls;
 
 use crate::Error;
+use crate::chain::{self, Head, IndexChange};
 use crate::codec::{self, Hash};
 use crate::event::Event;
 use crate::ids::{JournalPos, RunId, Seq, SessionId};
@@ -35,7 +36,7 @@ use crate::journal::AppendResult;
 use crate::limits;
 use crate::store::{
     AgentRun, AppendQueueFull, Conflict, Expected, IndexedStatus, JournalOptions, JournalStats,
-    Recorded, SessionEntry, StatsSnapshot, status_byte,
+    Recorded, SessionEntry, StatsSnapshot,
 };
 use crate::verify::{Corruption, VerifyReport};
 
@@ -135,12 +136,6 @@ impl From<deadpool_postgres::PoolError> for Error {
             other => Error::Store(format!("PostgreSQL connection pool: {other}")),
         }
     }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Head {
-    next_seq: Seq,
-    last_hash: Hash,
 }
 
 struct Request {
@@ -795,10 +790,9 @@ impl PgJournal {
                     ),
                 }));
             }
-            let head = heads.entry(record.session_id.clone()).or_insert(Head {
-                next_seq: Seq(0),
-                last_hash: [0; 32],
-            });
+            let head = heads
+                .entry(record.session_id.clone())
+                .or_insert(Head::EMPTY);
             if record.seq != head.next_seq {
                 return Ok(Err(Corruption {
                     pos: record.pos,
@@ -1342,31 +1336,33 @@ struct IndexArgs {
 }
 
 impl IndexArgs {
+    /// The index rules ([`chain::index_changes`]) as the function's arguments.
     fn add(&mut self, seq: Seq, event: &Event) {
-        match event {
-            Event::RunQueued {
-                run_id, agent_id, ..
-            } => {
-                self.queued_runs.push(run_id.as_str().to_owned());
-                self.queued_agents.push(agent_id.clone());
-                self.queued_seqs.push(seq.0 as i64);
+        for change in chain::index_changes(event) {
+            match change {
+                IndexChange::RunQueued { run_id, agent_id } => {
+                    self.queued_runs.push(run_id.as_str().to_owned());
+                    self.queued_agents.push(agent_id.to_owned());
+                    self.queued_seqs.push(seq.0 as i64);
+                }
+                IndexChange::SessionCreated { agent_id, user_id } => {
+                    self.created = Some((agent_id.to_owned(), user_id.map(str::to_owned)));
+                }
+                IndexChange::SessionDeleted => self.deleted = true,
+                IndexChange::KeyBound { key, run_id } => {
+                    self.keys.push(key.to_owned());
+                    self.key_runs.push(run_id.as_str().to_owned());
+                }
+                IndexChange::RunStatus {
+                    run_id,
+                    status,
+                    terminal,
+                } => {
+                    self.status_runs.push(run_id.as_str().to_owned());
+                    self.statuses.push(char::from(status).to_string());
+                    self.terminal.push(terminal);
+                }
             }
-            Event::SessionCreated { agent_id, user_id } => {
-                self.created = Some((agent_id.clone(), user_id.clone()));
-            }
-            Event::SessionDeleted { .. } => self.deleted = true,
-            Event::IdempotencyKeyBound { key, run_id } => {
-                self.keys.push(key.clone());
-                self.key_runs.push(run_id.as_str().to_owned());
-            }
-            _ => {}
-        }
-        if let (Some(status), Some(run_id)) = (status_byte(event), event.run_id())
-            && !matches!(event, Event::RunQueued { .. })
-        {
-            self.status_runs.push(run_id.as_str().to_owned());
-            self.statuses.push(char::from(status).to_string());
-            self.terminal.push(event.is_terminal());
         }
     }
 }
@@ -1419,10 +1415,7 @@ async fn head_of(
         )
         .await?;
     let head = match row {
-        None => Head {
-            next_seq: Seq(0),
-            last_hash: [0; 32],
-        },
+        None => Head::EMPTY,
         Some(row) => {
             let hash: Vec<u8> = row.get(1);
             Head {
@@ -1495,39 +1488,31 @@ async fn append_one(
             }));
         }
         let ts_us = now_us();
+        let (sealed, at) = chain::seal(session_id, head, ts_us, &events)?;
         let mut records = Vec::with_capacity(events.len());
         let mut recorded = Vec::with_capacity(events.len());
         let mut digests: Vec<Vec<u8>> = Vec::new();
         let mut blobs: Vec<Vec<u8>> = Vec::new();
         let mut index = IndexArgs::default();
-        let mut at = head;
-        for event in &events {
-            let bytes =
-                codec::encode_parts(session_id, at.next_seq, ts_us, &at.last_hash, &event.bytes)
-                    .map_err(Error::Encode)?;
-            let hash = codec::hash(&bytes);
-            let mut size_bytes = bytes.len();
+        for (sealed, event) in sealed.into_iter().zip(&events) {
+            let mut size_bytes = sealed.bytes.len();
             if let Some((digest, apart)) = &event.apart {
                 size_bytes += apart.len();
                 digests.push(digest.to_vec());
                 blobs.push(apart.clone());
             }
-            index.add(at.next_seq, &event.event);
+            index.add(sealed.seq, &event.event);
             recorded.push(Recorded {
                 pos: JournalPos(0),
                 session_id: session_id.clone(),
-                seq: at.next_seq,
+                seq: sealed.seq,
                 ts_us,
-                prev_hash: at.last_hash,
-                hash,
+                prev_hash: sealed.prev_hash,
+                hash: sealed.hash,
                 size_bytes,
                 event: event.event.clone(),
             });
-            records.push(bytes);
-            at = Head {
-                next_seq: at.next_seq.next(),
-                last_hash: hash,
-            };
+            records.push(sealed.bytes);
         }
         let (created_agent, created_user) = match &index.created {
             Some((agent, user)) => (Some(agent.clone()), user.clone()),

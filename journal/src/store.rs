@@ -34,6 +34,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::Error;
+use crate::chain::{self, Head, IndexChange};
 use crate::codec::{self, Hash, Run, Segment};
 use crate::event::Event;
 use crate::ids::{JournalPos, RunId, Seq, SessionId};
@@ -635,18 +636,6 @@ fn indexed_status(
         .copied()
 }
 
-/// The status byte of an agent's run index for an event that changes it.
-pub(crate) fn status_byte(event: &Event) -> Option<u8> {
-    Some(match event {
-        Event::RunQueued { .. } => b'P',
-        Event::RunStarted { .. } => b'R',
-        Event::RunCompleted { .. } => b'C',
-        Event::RunFailed { .. } => b'E',
-        Event::RunCancelled { .. } => b'X',
-        _ => return None,
-    })
-}
-
 /// A run status as the agent's run index stores it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IndexedStatus {
@@ -688,7 +677,8 @@ pub struct AgentRun {
     pub status: IndexedStatus,
 }
 
-/// Secondary indexes of one event, in the same atomic batch as its record.
+/// Secondary indexes of one event, in the same atomic batch as its record: the index
+/// rules ([`chain::index_changes`]) as sled keys.
 pub(crate) fn index_event(
     tree: &sled::Tree,
     batch: &mut sled::Batch,
@@ -697,86 +687,87 @@ pub(crate) fn index_event(
     event: &Event,
 ) {
     let (session_id, pos, seq, ts_us) = recorded;
-    match event {
-        Event::RunQueued {
-            run_id, agent_id, ..
-        } => {
-            let entry = RunEntry {
-                session_id: session_id.clone(),
-                agent_id: agent_id.clone(),
-                pos: pos.0,
-                seq: seq.0,
-            };
-            batch.insert(run_key(run_id), run_value(&entry));
-            batch.insert(open_key(run_id), session_id.as_str().as_bytes());
-            batch.insert(
-                session_runs_key(session_id, seq.0),
-                run_id.as_str().as_bytes(),
-            );
-            batch.insert(
-                agent_runs_key(agent_id, pos.0),
-                agent_runs_value(b'P', session_id, run_id),
-            );
-            staged.counts.push((agent_id.clone(), b'P', 1));
-            staged.statuses.insert(run_id.clone(), b'P');
-            staged.runs.insert(run_id.clone(), entry);
-        }
-        Event::SessionCreated { agent_id, user_id } => {
-            batch.insert(
-                session_key(session_id),
-                session_value(agent_id, user_id.as_deref(), ts_us),
-            );
-        }
-        Event::SessionDeleted { .. } => {
-            batch.remove(session_key(session_id));
-            // The session's runs leave its agent's list and the session's own (a session
-            // id used again begins with no runs).
-            let mut runs: Vec<RunId> = tree
-                .scan_prefix(session_runs_prefix(session_id))
-                .filter_map(Result::ok)
-                .filter_map(|(_, value)| stored_id(&value).ok())
-                .collect();
-            runs.extend(
-                staged
-                    .runs
-                    .iter()
-                    .filter(|(_, entry)| &entry.session_id == session_id)
-                    .map(|(run_id, _)| run_id.clone()),
-            );
-            for run_id in runs {
-                if let Some(entry) = run_entry(tree, staged, &run_id) {
-                    if let Some(status) = indexed_status(tree, staged, &run_id, &entry) {
-                        staged.counts.push((entry.agent_id.clone(), status, -1));
+    for change in chain::index_changes(event) {
+        match change {
+            IndexChange::RunQueued { run_id, agent_id } => {
+                let entry = RunEntry {
+                    session_id: session_id.clone(),
+                    agent_id: agent_id.to_owned(),
+                    pos: pos.0,
+                    seq: seq.0,
+                };
+                batch.insert(run_key(run_id), run_value(&entry));
+                batch.insert(open_key(run_id), session_id.as_str().as_bytes());
+                batch.insert(
+                    session_runs_key(session_id, seq.0),
+                    run_id.as_str().as_bytes(),
+                );
+                batch.insert(
+                    agent_runs_key(agent_id, pos.0),
+                    agent_runs_value(b'P', session_id, run_id),
+                );
+                staged.counts.push((agent_id.to_owned(), b'P', 1));
+                staged.statuses.insert(run_id.clone(), b'P');
+                staged.runs.insert(run_id.clone(), entry);
+            }
+            IndexChange::SessionCreated { agent_id, user_id } => {
+                batch.insert(
+                    session_key(session_id),
+                    session_value(agent_id, user_id, ts_us),
+                );
+            }
+            IndexChange::SessionDeleted => {
+                batch.remove(session_key(session_id));
+                // The session's runs leave its agent's list and the session's own (a
+                // session id used again begins with no runs).
+                let mut runs: Vec<RunId> = tree
+                    .scan_prefix(session_runs_prefix(session_id))
+                    .filter_map(Result::ok)
+                    .filter_map(|(_, value)| stored_id(&value).ok())
+                    .collect();
+                runs.extend(
+                    staged
+                        .runs
+                        .iter()
+                        .filter(|(_, entry)| &entry.session_id == session_id)
+                        .map(|(run_id, _)| run_id.clone()),
+                );
+                for run_id in runs {
+                    if let Some(entry) = run_entry(tree, staged, &run_id) {
+                        if let Some(status) = indexed_status(tree, staged, &run_id, &entry) {
+                            staged.counts.push((entry.agent_id.clone(), status, -1));
+                        }
+                        // Gone from the index, also for the rest of this batch.
+                        staged.statuses.insert(run_id.clone(), GONE);
+                        batch.remove(agent_runs_key(&entry.agent_id, entry.pos));
+                        batch.remove(session_runs_key(session_id, entry.seq));
                     }
-                    // Gone from the index, also for the rest of this batch.
-                    staged.statuses.insert(run_id.clone(), GONE);
-                    batch.remove(agent_runs_key(&entry.agent_id, entry.pos));
-                    batch.remove(session_runs_key(session_id, entry.seq));
                 }
             }
-        }
-        Event::IdempotencyKeyBound { key, run_id } => {
-            batch.insert(idempotency_key(key), run_id.as_str().as_bytes());
-        }
-        _ => {}
-    }
-    if let (Some(status), Some(run_id)) = (status_byte(event), event.run_id())
-        && !matches!(event, Event::RunQueued { .. })
-    {
-        if event.is_terminal() {
-            batch.remove(open_key(run_id));
-        }
-        // Only a run its agent's index lists (a deleted session's runs left it).
-        if let Some(entry) = run_entry(tree, staged, run_id)
-            && let Some(before) = indexed_status(tree, staged, run_id, &entry)
-        {
-            staged.counts.push((entry.agent_id.clone(), before, -1));
-            staged.counts.push((entry.agent_id.clone(), status, 1));
-            staged.statuses.insert(run_id.clone(), status);
-            batch.insert(
-                agent_runs_key(&entry.agent_id, entry.pos),
-                agent_runs_value(status, session_id, run_id),
-            );
+            IndexChange::KeyBound { key, run_id } => {
+                batch.insert(idempotency_key(key), run_id.as_str().as_bytes());
+            }
+            IndexChange::RunStatus {
+                run_id,
+                status,
+                terminal,
+            } => {
+                if terminal {
+                    batch.remove(open_key(run_id));
+                }
+                // Only a run its agent's index lists (a deleted session's runs left it).
+                if let Some(entry) = run_entry(tree, staged, run_id)
+                    && let Some(before) = indexed_status(tree, staged, run_id, &entry)
+                {
+                    staged.counts.push((entry.agent_id.clone(), before, -1));
+                    staged.counts.push((entry.agent_id.clone(), status, 1));
+                    staged.statuses.insert(run_id.clone(), status);
+                    batch.insert(
+                        agent_runs_key(&entry.agent_id, entry.pos),
+                        agent_runs_value(status, session_id, run_id),
+                    );
+                }
+            }
         }
     }
 }
@@ -1523,12 +1514,6 @@ impl Iterator for LogReader {
     }
 }
 
-#[derive(Clone, Copy)]
-struct Head {
-    next_seq: Seq,
-    last_hash: Hash,
-}
-
 struct Committer {
     tree: sled::Tree,
     /// Runs queued in the batch being built.
@@ -1625,10 +1610,7 @@ impl Committer {
             return Ok(*head);
         }
         let head = match last_run(&self.tree, &self.tail, session_id)? {
-            None => Head {
-                next_seq: Seq(0),
-                last_hash: [0; 32],
-            },
+            None => Head::EMPTY,
             Some(run) => {
                 let last = JournalPos(run.pos.0 + u64::from(run.count) - 1);
                 let (first_pos, segment) =
@@ -1801,7 +1783,7 @@ impl Committer {
         batch: &mut sled::Batch,
         (manifest, records): (&mut Vec<codec::ManifestEntry>, &mut Vec<Vec<u8>>),
     ) -> Result<Result<Vec<Arc<Recorded>>, Conflict>, Error> {
-        let mut head = self.head(session_id)?;
+        let head = self.head(session_id)?;
         if let Expected::Next(expected) = expected
             && expected != head.next_seq
         {
@@ -1811,58 +1793,42 @@ impl Committer {
                 actual: head.next_seq,
             }));
         }
-        // Encode every record first, so that one too large refuses the whole request.
-        let mut encoded = Vec::with_capacity(events.len());
-        let mut pos = self.next_pos;
-        for event in &events {
-            let bytes = codec::encode_parts(
-                session_id,
-                head.next_seq,
-                ts_us,
-                &head.last_hash,
-                &event.bytes,
-            )
-            .map_err(Error::Encode)?;
-            let hash = codec::hash(&bytes);
-            encoded.push((JournalPos(pos), head, bytes, hash));
-            head = Head {
-                next_seq: head.next_seq.next(),
-                last_hash: hash,
-            };
-            pos += 1;
-        }
-        if let Some((_, first, _, _)) = encoded.first() {
+        // Every record is sealed first, so that one too large refuses the whole request.
+        let (sealed, head) = chain::seal(session_id, head, ts_us, &events)?;
+        if let Some(first) = sealed.first() {
             manifest.push(codec::ManifestEntry {
                 session_id: session_id.clone(),
-                first_seq: first.next_seq,
-                count: encoded.len() as u32,
+                first_seq: first.seq,
+                count: sealed.len() as u32,
             });
         }
-        let mut recorded = Vec::with_capacity(encoded.len());
-        for ((pos, before, bytes, hash), event) in encoded.into_iter().zip(events) {
+        let mut pos = self.next_pos;
+        let mut recorded = Vec::with_capacity(sealed.len());
+        for (sealed, event) in sealed.into_iter().zip(events) {
             index_event(
                 &self.tree,
                 batch,
                 &mut self.staged_runs,
-                (session_id, pos, before.next_seq, ts_us),
+                (session_id, JournalPos(pos), sealed.seq, ts_us),
                 &event.event,
             );
-            let mut size_bytes = bytes.len();
+            let mut size_bytes = sealed.bytes.len();
             if let Some((digest, apart)) = event.apart {
                 size_bytes += apart.len();
                 batch.insert(apart_key(&digest), apart);
             }
-            records.push(bytes);
+            records.push(sealed.bytes);
             recorded.push(Arc::new(Recorded {
-                pos,
+                pos: JournalPos(pos),
                 session_id: session_id.clone(),
-                seq: before.next_seq,
+                seq: sealed.seq,
                 ts_us,
-                prev_hash: before.last_hash,
-                hash,
+                prev_hash: sealed.prev_hash,
+                hash: sealed.hash,
                 size_bytes,
                 event: event.event,
             }));
+            pos += 1;
         }
         self.next_pos = pos;
         self.heads.insert(session_id.clone(), head);

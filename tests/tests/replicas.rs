@@ -1,8 +1,9 @@
 //! Two real `turnstile serve` processes on one real PostgreSQL (issue 16): one turn per
 //! session across replicas, FIFO across replicas, a session resumed on the other
-//! replica, streams and cancels that reach a run on the other replica, and a replica
-//! killed or stopped past its lease whose runs the other resolves, each exactly once,
-//! while the stopped one's late writes are refused.
+//! replica (scripted, and the real Claude Code CLI), streams and cancels that reach a
+//! run on the other replica, and a replica killed or stopped past its lease whose runs
+//! the other resolves, each exactly once, while a client attached to the other follows
+//! the run to its end and the stopped one's late writes are refused.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -321,12 +322,38 @@ async fn a_killed_replicas_run_is_finished_by_the_other_exactly_once() {
     let b = cluster.replica("b");
     let run = background(&a, "crash", "/sleep 1500\nsurvived").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
+    // A client attached on B while the run executes on A follows it through A's death
+    // to its end.
+    let attached = {
+        let url = b.url(&format!("/agents/scripted/runs/{run}/resume"));
+        tokio::spawn(async move {
+            let response = turnstile_tests::http_client()
+                .post(url)
+                .form(&[("session_id", "crash")])
+                .send()
+                .await
+                .unwrap();
+            parse_sse(&response.text().await.unwrap())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
     a.kill();
     // B takes the session once A's lease (2 s) lapses, and gives the run its second
     // attempt.
     let ended = wait_for_end(&b, &run, "crash", Duration::from_secs(15)).await;
     assert_eq!(ended["status"], "COMPLETED", "{ended}");
     assert_eq!(ended["content"], "echo: survived");
+    let frames = attached.await.unwrap();
+    let types = event_types(&frames);
+    assert_eq!(types.last(), Some(&"RunCompleted"), "{types:?}");
+    let indexes: Vec<i64> = frames
+        .iter()
+        .filter_map(|frame| frame.id.as_deref()?.parse().ok())
+        .collect();
+    assert!(
+        indexes.windows(2).all(|pair| pair[1] == pair[0] + 1),
+        "each event once, in order, across the takeover: {indexes:?}"
+    );
     b.terminate();
     let export = cluster.export();
     assert_eq!(endings(&export).get(&run), Some(&1));
