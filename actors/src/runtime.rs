@@ -191,6 +191,7 @@ impl Runtime {
                     return;
                 };
                 reactor.block_on(async move {
+                    tokio::spawn(follow_other_replicas(weak.clone()));
                     let mut last_claim = Instant::now() - CLAIM_EVERY;
                     loop {
                         let Some(inner) = weak.upgrade() else { return };
@@ -324,7 +325,10 @@ impl Runtime {
                 let answer = match session.send(StartRunMsg(command.clone())).await {
                     Ok(answer) => answer,
                     // The actor stopped (it gave its lease back) between lookup and send.
-                    Err(MailboxError::Closed) if Instant::now() < deadline => {
+                    Err(MailboxError::Closed)
+                        if Instant::now() < deadline
+                            && runtime.inner.shared.accepting.load(Ordering::SeqCst) =>
+                    {
                         tokio::time::sleep(Duration::from_millis(1)).await;
                         continue;
                     }
@@ -772,7 +776,7 @@ impl Runtime {
                 agent_id: state.session.agent_id,
             }));
         }
-        self.ask_session(session_id.clone(), CompactMsg).await?
+        self.ask_owner(session_id, || CompactMsg).await
     }
 
     /// Deletes a session: a tombstone event; afterwards the session and its runs read
@@ -785,8 +789,47 @@ impl Runtime {
         if self.session(session_id)?.is_none() {
             return Ok(Ok(false));
         }
-        self.ask_session(session_id.clone(), DeleteSessionMsg)
-            .await?
+        self.ask_owner(session_id, || DeleteSessionMsg).await
+    }
+
+    /// Sends a command that must run on the session's owner: on a shared journal a
+    /// session another replica owns is busy (its running run named) or, idle and being
+    /// given back, asked again until it is free.
+    async fn ask_owner<M, T>(
+        &self,
+        session_id: &SessionId,
+        message: impl Fn() -> M,
+    ) -> Result<Result<T, Refused>, RuntimeError>
+    where
+        M: Message<Result = Result<Result<T, Refused>, RuntimeError>> + Send + 'static,
+        T: Send + 'static,
+        SessionActor: Handler<M>,
+    {
+        let deadline = Instant::now() + ELSEWHERE_WAIT;
+        loop {
+            match self.ask_session(session_id.clone(), message()).await {
+                Ok(Err(RuntimeError::Elsewhere {
+                    busy: Some(run_id), ..
+                })) => {
+                    return Ok(Err(Refused::Busy {
+                        session_id: session_id.clone(),
+                        run_id,
+                    }));
+                }
+                Ok(Err(RuntimeError::Elsewhere { owner, .. })) if Instant::now() >= deadline => {
+                    return Err(RuntimeError::Internal(format!(
+                        "session {session_id} stays with replica {owner}"
+                    )));
+                }
+                Ok(Err(RuntimeError::Elsewhere { .. })) => {}
+                Err(RuntimeError::Stopped)
+                    if Instant::now() < deadline
+                        && self.inner.shared.accepting.load(Ordering::SeqCst) => {}
+                Ok(answer) => return answer,
+                Err(error) => return Err(error),
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// Every existing session, from the journal's session index (no stream is read).
@@ -867,6 +910,41 @@ impl Runtime {
         }
         self.journal().close()?;
         Ok(())
+    }
+}
+
+/// Keeps the directory (the sessions list and the daily metrics) true to what the other
+/// replicas do: a session's turning point journaled elsewhere (a session created or
+/// deleted, a run accepted or ended, a compaction) reloads its facts from its read model.
+/// Sessions this replica holds are followed by their own actors.
+async fn follow_other_replicas(weak: std::sync::Weak<Inner>) {
+    let Some(journal) = weak.upgrade().map(|inner| inner.shared.journal.clone()) else {
+        return;
+    };
+    let mut records = journal.subscribe_from(journal.next_pos());
+    while let Ok(record) = records.next().await {
+        let turning_point = match &record.event {
+            turnstile_journal::Event::SessionCreated { .. }
+            | turnstile_journal::Event::SessionDeleted { .. }
+            | turnstile_journal::Event::RunQueued { .. }
+            | turnstile_journal::Event::TranscriptCompacted { .. } => true,
+            event => event.is_terminal(),
+        };
+        if !turning_point || journal.holds_lease(&record.session_id) {
+            continue;
+        }
+        let Some(inner) = weak.upgrade() else {
+            return;
+        };
+        match crate::reads::load_session(&journal, &record.session_id) {
+            Ok(state) => inner
+                .shared
+                .directory
+                .update(&record.session_id, &state.session),
+            Err(error) => {
+                tracing::warn!(session_id = %record.session_id, %error, "a session another replica changed could not be read")
+            }
+        }
     }
 }
 

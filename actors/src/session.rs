@@ -267,6 +267,20 @@ impl SessionActor {
         if let Some(in_flight) = &self.in_flight {
             in_flight.cancel.cancel();
         }
+        // Their live channels close: a stream attached here follows the journal from
+        // then on, to the end the session's next owner gives the run.
+        let runs = self
+            .in_flight
+            .iter()
+            .map(|f| f.run_id.clone())
+            .chain(self.queue.iter().map(|q| q.run_id.clone()));
+        for run_id in runs.collect::<Vec<_>>() {
+            self.shared.remove_live(&run_id);
+        }
+        self.shared
+            .queued
+            .fetch_sub(self.queue.len(), Ordering::SeqCst);
+        self.queue.clear();
         ctx.stop();
     }
 
@@ -884,9 +898,10 @@ impl Actor for SessionActor {
                 Ok(turnstile_journal::Lease::Held) => self.leased = true,
                 Ok(turnstile_journal::Lease::OwnedBy(owner)) => self.remote = Some(owner),
                 Err(error) => {
+                    // Commands meanwhile get the error; the next one starts afresh.
                     tracing::error!(session_id = %self.session_id, %error, "session lease unavailable");
                     self.broken = Some(error.to_string());
-                    ctx.stop();
+                    ctx.run_later(Duration::from_millis(50), |_, ctx| ctx.stop());
                     return;
                 }
             }

@@ -326,6 +326,14 @@ impl Journal {
         }
     }
 
+    /// Whether this replica holds the session's lease now (always on sled).
+    pub fn holds_lease(&self, session_id: &SessionId) -> bool {
+        match &self.backend {
+            Backend::Sled(_) => true,
+            Backend::Postgres(pg) => pg.holds_lease(session_id),
+        }
+    }
+
     /// Gives a session's lease back (nothing left to do on it here).
     pub fn release(&self, session_id: &SessionId) {
         if let Backend::Postgres(pg) = &self.backend {

@@ -952,6 +952,15 @@ impl PgJournal {
         }
     }
 
+    /// Whether this replica holds the session's lease now.
+    pub(crate) fn holds_lease(&self, session_id: &SessionId) -> bool {
+        self.inner
+            .leases
+            .lock()
+            .map(|leases| matches!(leases.get(session_id), Some(LeaseState::Held { .. })))
+            .unwrap_or(false)
+    }
+
     /// Gives the session's lease back (a session with nothing left to do) once its
     /// last holder here lets go.
     pub(crate) fn release(&self, session_id: &SessionId) {

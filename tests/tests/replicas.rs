@@ -161,6 +161,19 @@ async fn a_busy_session_is_refused_on_the_other_replica_and_its_next_turn_resume
     )
     .await;
     assert_eq!(first["content"], "echo: remember the blue door", "{first}");
+    // B lists the session A created (its directory follows the other replicas).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let listed = get_json(&b, "/sessions").await;
+        if listed.to_string().contains("\"s1\"") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "B never listed A's session: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // Turn 2 on the other replica resumes the session from the journal.
     let second = post_form_json(
