@@ -9,7 +9,12 @@
 //! contiguous from 0, and a reader of positions never passes a record that a late
 //! commit would put before it. An append answers once its records are durable and
 //! positioned; reads show positioned records only, so a record is seen in the same place
-//! by every reader of every process (`docs/decisions/0001-postgres-global-positions.md`).
+//! by every reader of every process (`docs/decisions/0001-postgres-replicas.md`).
+//!
+//! What replicas share lives here too: replica rows with a heartbeat on the database's
+//! clock, session leases with fencing tokens (checked by the append), the sessions
+//! whose owner is gone, an inbox of commands for a session's owner, and notifications
+//! (LISTEN on a connection of its own; each NOTIFY after its change committed).
 //!
 //! The rest of turnstile calls the journal synchronously for reads (sled reads are
 //! memory and disk, not network): the queries run on this backend's own small tokio
