@@ -1911,7 +1911,7 @@ fn interval_ms(lease: Duration) -> f64 {
 /// Registers this process among the replicas, and retires its own earlier incarnation
 /// (a restart under the same name), whose sessions are then taken over at once.
 async fn register(
-    client: &deadpool_postgres::Client,
+    client: &tokio_postgres::Client,
     replica_id: &str,
     name: &str,
     lease: Duration,
@@ -1946,6 +1946,7 @@ async fn heartbeat(inner: std::sync::Weak<Inner>) {
     // database computed its expiry later than that.
     let margin = lease / 5;
     let mut last_good = Instant::now();
+    let mut own: Option<tokio_postgres::Client> = None;
     loop {
         tokio::time::sleep(every).await;
         let Some(inner) = inner.upgrade() else {
@@ -1960,8 +1961,19 @@ async fn heartbeat(inner: std::sync::Weak<Inner>) {
             .lock()
             .map(|id| id.clone())
             .unwrap_or_default();
+        // A connection of its own: appends that wait for their positions hold pooled
+        // connections, and must not starve the heartbeat.
         let renewed = tokio::time::timeout(every, async {
-            let client = inner.pool.get().await?;
+            let client = match own.take() {
+                Some(client) if !client.is_closed() => client,
+                _ => {
+                    let (client, connection) = inner.config.connect(NoTls).await?;
+                    tokio::spawn(async move {
+                        let _ = connection.await;
+                    });
+                    client
+                }
+            };
             let rows = client
                 .query(
                     "UPDATE turnstile.replicas SET expires_at = now() + $2 * interval '1 millisecond' \
@@ -1969,18 +1981,24 @@ async fn heartbeat(inner: std::sync::Weak<Inner>) {
                     &[&me, &interval_ms(lease)],
                 )
                 .await?;
-            Ok::<_, Error>(!rows.is_empty())
+            Ok::<_, Error>((!rows.is_empty(), client))
         })
         .await;
         match renewed {
-            Ok(Ok(true)) => last_good = sent,
-            Ok(Ok(false)) => lapse(&inner, "the database says its heartbeat expired").await,
+            Ok(Ok((true, client))) => {
+                own = Some(client);
+                last_good = sent;
+            }
+            Ok(Ok((false, client))) => {
+                lapse(&inner, &client, "the database says its heartbeat expired").await;
+                own = Some(client);
+            }
             Ok(Err(_)) | Err(_) if last_good.elapsed() + margin >= lease => {
-                lapse(
+                // Fenced locally first: the others may take the leases any moment now.
+                lapse_locally(
                     &inner,
                     "it could not renew its heartbeat for most of its lease",
-                )
-                .await;
+                );
                 last_good = Instant::now();
             }
             _ => {}
@@ -1988,7 +2006,11 @@ async fn heartbeat(inner: std::sync::Weak<Inner>) {
     }
 }
 
-async fn lapse(inner: &Inner, why: &str) {
+/// Every lease is lost: appends of those sessions are refused here from now on, and the
+/// runtime is told (it stops their turns). The replica registers again at the next
+/// heartbeat that reaches the database (a new id: `turnstile.alive` of the old one is
+/// over).
+fn lapse_locally(inner: &Inner, why: &str) {
     let lost = inner
         .leases
         .lock()
@@ -2008,13 +2030,18 @@ async fn lapse(inner: &Inner, why: &str) {
         "this replica lost its leases: {why}; it stops their turns and registers again"
     );
     inner.lapses.send_modify(|count| *count += 1);
-    let replica_id = uuid::Uuid::now_v7().to_string();
-    let registered = async {
-        let client = inner.pool.get().await?;
-        register(&client, &replica_id, &inner.replica_name, inner.lease).await
+    if let Ok(mut id) = inner.replica_id.lock() {
+        // Until it registers, an id no row has: its leases and appends are refused.
+        *id = format!("lapsed-{}", uuid::Uuid::now_v7());
     }
-    .await;
-    match registered {
+}
+
+/// The database said this replica's heartbeat expired: every lease is lost, and it
+/// registers again under a new id on the heartbeat's connection.
+async fn lapse(inner: &Inner, client: &tokio_postgres::Client, why: &str) {
+    lapse_locally(inner, why);
+    let replica_id = uuid::Uuid::now_v7().to_string();
+    match register(client, &replica_id, &inner.replica_name, inner.lease).await {
         Ok(()) => {
             if let Ok(mut id) = inner.replica_id.lock() {
                 *id = replica_id;
