@@ -687,27 +687,38 @@ fn import(
         bar.set_position(records)
     })?;
     bar.finish_and_clear();
+    // A refused import into a new directory leaves nothing behind.
+    reported(outcome, "; nothing was written", || {
+        let journal = Journal::open(data_dir, JournalOptions::default())?;
+        Ok((journal, data_dir.display().to_string()))
+    })
+}
+
+/// What an import says: on success the projections are folded from the events (an
+/// export carries events only) into the journal `target` opens; a refusal names its
+/// line (line 0: the export was not read at all, the target holds a journal).
+fn reported(
+    outcome: Result<portable::ImportReport, portable::ImportRefusal>,
+    refused_after: &str,
+    target: impl FnOnce() -> anyhow::Result<(Journal, String)>,
+) -> anyhow::Result<ExitCode> {
     match outcome {
         Ok(report) => {
-            // An export carries events only: the projections are folded from them.
-            let journal = Journal::open(data_dir, JournalOptions::default())?;
+            let (journal, location) = target()?;
             turnstile_projections::rebuild::store_all(&journal)?;
             journal.close()?;
             println!(
-                "imported {} events in {} streams into {}",
-                report.records,
-                report.streams,
-                data_dir.display()
+                "imported {} events in {} streams into {location}",
+                report.records, report.streams,
             );
             Ok(ExitCode::SUCCESS)
         }
-        // Line 0: the export was not read at all (the target holds a journal).
         Err(refusal) if refusal.line == 0 => {
             println!("import REFUSED: {}; nothing was written", refusal.reason);
             Ok(ExitCode::from(1))
         }
         Err(refusal) => {
-            println!("import REFUSED at {refusal}; nothing was written");
+            println!("import REFUSED at {refusal}{refused_after}");
             Ok(ExitCode::from(1))
         }
     }
@@ -731,27 +742,11 @@ fn import_postgres(
     let outcome =
         portable::import_into_postgres(&journal, read()?, |records| bar.set_position(records))?;
     bar.finish_and_clear();
-    match outcome {
-        Ok(report) => {
-            turnstile_projections::rebuild::store_all(&journal)?;
-            journal.close()?;
-            println!(
-                "imported {} events in {} streams into {}",
-                report.records,
-                report.streams,
-                journal.location()
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(refusal) if refusal.line == 0 => {
-            println!("import REFUSED: {}; nothing was written", refusal.reason);
-            Ok(ExitCode::from(1))
-        }
-        Err(refusal) => {
-            println!("import REFUSED at {refusal}");
-            Ok(ExitCode::from(1))
-        }
-    }
+    // Checked first, so a refusal here means another writer used the database meanwhile.
+    reported(outcome, "", || {
+        let location = journal.location();
+        Ok((journal, location))
+    })
 }
 
 fn rebuild(config: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {

@@ -32,6 +32,18 @@ pub(crate) struct Sealed {
     pub hash: Hash,
 }
 
+/// Encodes an append's events (in the appender's thread: sealing only adds headers);
+/// one over `max_event_bytes` refuses the append.
+pub(crate) fn encode(
+    events: Vec<Event>,
+    max_event_bytes: usize,
+) -> Result<Vec<EncodedEvent>, Error> {
+    events
+        .into_iter()
+        .map(|event| codec::encode_event(event, max_event_bytes).map_err(Error::Encode))
+        .collect()
+}
+
 /// Seals `events` as the records that follow `head`, all at `ts_us`; returns them and
 /// the new head. One that does not fit a record refuses the whole append.
 pub(crate) fn seal(

@@ -191,18 +191,14 @@ pub fn import_into_postgres(
             format!("positions {wanted:?} of the export were given {given:?}: another writer used the database")
         }))
     };
-    for (index, line) in lines.lines().enumerate() {
-        let number = index as u64 + 1;
-        let line = line?;
-        if line.trim().is_empty() {
-            continue;
-        }
+    for checked in checker.each(lines) {
+        let (number, checked) = checked?;
         let Checked {
             pos,
             body,
             encoded,
             bytes,
-        } = match checker.check(&line) {
+        } = match checked {
             Ok(checked) => checked,
             Err(reason) => {
                 return Ok(Err(ImportRefusal {
@@ -296,18 +292,14 @@ fn import_into(
     let tree = db.open_tree("journal")?;
     let mut checker = Checker::default();
     let mut pending = Pending::new(0);
-    for (index, line) in lines.lines().enumerate() {
-        let number = index as u64 + 1;
-        let line = line?;
-        if line.trim().is_empty() {
-            continue;
-        }
+    for checked in checker.each(lines) {
+        let (number, checked) = checked?;
         let Checked {
             pos,
             body,
             encoded,
             bytes,
-        } = match checker.check(&line) {
+        } = match checked {
             Ok(checked) => checked,
             Err(reason) => {
                 return Ok(Err(ImportRefusal {
@@ -342,7 +334,8 @@ fn import_into(
                 count: 1,
             }),
         }
-        let next_pos = checker.next_pos;
+        // The position after the line's record (the checker checked it is `pos`).
+        let next_pos = pos.0 + 1;
         if pending.records.len() == IMPORT_BATCH_RECORDS
             || pending.bytes >= limits::GROUP_COMMIT_BYTES_MAX
         {
@@ -390,6 +383,22 @@ struct Checker {
 }
 
 impl Checker {
+    /// Each non-empty line of an export with its 1-based number, checked (a bad line's
+    /// reason in place of the record).
+    fn each<'a>(
+        &'a mut self,
+        lines: impl BufRead + 'a,
+    ) -> impl Iterator<Item = Result<(u64, Result<Checked, String>), Error>> + 'a {
+        lines
+            .lines()
+            .enumerate()
+            .filter_map(move |(index, line)| match line {
+                Err(error) => Some(Err(error.into())),
+                Ok(line) if line.trim().is_empty() => None,
+                Ok(line) => Some(Ok((index as u64 + 1, self.check(&line)))),
+            })
+    }
+
     fn check(&mut self, line: &str) -> Result<Checked, String> {
         let exported: ExportedRecord = serde_json::from_str(line)
             .map_err(|error| format!("not an exported record: {error}"))?;
@@ -463,19 +472,18 @@ pub fn check_export(
     mut progress: impl FnMut(u64),
 ) -> Result<Result<ImportReport, ImportRefusal>, Error> {
     let mut checker = Checker::default();
-    for (index, line) in lines.lines().enumerate() {
-        let line = line?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        if let Err(reason) = checker.check(&line) {
+    let mut records = 0u64;
+    for checked in checker.each(lines) {
+        let (number, checked) = checked?;
+        if let Err(reason) = checked {
             return Ok(Err(ImportRefusal {
-                line: index as u64 + 1,
+                line: number,
                 reason,
             }));
         }
-        if checker.next_pos.is_multiple_of(4096) {
-            progress(checker.next_pos);
+        records += 1;
+        if records.is_multiple_of(4096) {
+            progress(records);
         }
     }
     progress(checker.next_pos);

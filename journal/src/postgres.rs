@@ -347,12 +347,7 @@ impl PgJournal {
         ),
         Error,
     > {
-        let events = events
-            .into_iter()
-            .map(|event| {
-                codec::encode_event(event, self.inner.max_event_bytes).map_err(Error::Encode)
-            })
-            .collect::<Result<_, _>>()?;
+        let events = chain::encode(events, self.inner.max_event_bytes)?;
         let (reply, answer) = oneshot::channel();
         let sender = {
             let appenders = self.inner.appenders.lock().map_err(|_| Error::Stopped)?;
@@ -1453,6 +1448,67 @@ fn remember(inner: &Inner, session_id: &SessionId, head: Head) {
     }
 }
 
+/// One call of `turnstile.append`: an append's sealed records and what they change.
+struct AppendCall<'a> {
+    session_id: &'a SessionId,
+    owner: &'a str,
+    /// The lease's fencing token; `None` takes a free lease.
+    epoch: Option<i64>,
+    expected: Seq,
+    /// The hash of the last record.
+    head_hash: &'a Hash,
+    records: &'a [Vec<u8>],
+    digests: &'a [Vec<u8>],
+    blobs: &'a [Vec<u8>],
+    /// The session's creation time, when the records create it.
+    ts_us: i64,
+    index: &'a IndexArgs,
+}
+
+/// Runs the append: its row is `(status, next_seq, head_hash, lease_epoch, owner)`.
+async fn call_append(
+    client: &deadpool_postgres::Client,
+    call: AppendCall<'_>,
+) -> Result<tokio_postgres::Row, Error> {
+    let statement = client
+        .prepare_cached(
+            "SELECT status, next_seq, head_hash, lease_epoch, owner FROM turnstile.append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
+        )
+        .await?;
+    let index = call.index;
+    let (created_agent, created_user) = match &index.created {
+        Some((agent, user)) => (Some(agent.as_str()), user.as_deref()),
+        None => (None, None),
+    };
+    Ok(client
+        .query_one(
+            &statement,
+            &[
+                &call.session_id.as_str(),
+                &call.owner,
+                &call.epoch,
+                &(call.expected.0 as i64),
+                &call.head_hash.as_slice(),
+                &call.records,
+                &call.digests,
+                &call.blobs,
+                &created_agent,
+                &created_user,
+                &call.ts_us,
+                &index.queued_runs,
+                &index.queued_agents,
+                &index.queued_seqs,
+                &index.status_runs,
+                &index.statuses,
+                &index.terminal,
+                &index.keys,
+                &index.key_runs,
+                &index.deleted,
+            ],
+        )
+        .await?)
+}
+
 async fn append_one(
     inner: &Inner,
     session_id: &SessionId,
@@ -1460,11 +1516,6 @@ async fn append_one(
     events: Vec<codec::EncodedEvent>,
 ) -> AppendResult {
     let client = inner.pool.get().await?;
-    let statement = client
-        .prepare_cached(
-            "SELECT status, next_seq, head_hash, lease_epoch, owner FROM turnstile.append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
-        )
-        .await?;
     let mut cached = true;
     loop {
         let epoch = match inner
@@ -1528,37 +1579,22 @@ async fn append_one(
             });
             records.push(sealed.bytes);
         }
-        let (created_agent, created_user) = match &index.created {
-            Some((agent, user)) => (Some(agent.clone()), user.clone()),
-            None => (None, None),
-        };
-        let row = client
-            .query_one(
-                &statement,
-                &[
-                    &session_id.as_str(),
-                    &me,
-                    &epoch,
-                    &(head.next_seq.0 as i64),
-                    &at.last_hash.as_slice(),
-                    &records,
-                    &digests,
-                    &blobs,
-                    &created_agent,
-                    &created_user,
-                    &ts_us,
-                    &index.queued_runs,
-                    &index.queued_agents,
-                    &index.queued_seqs,
-                    &index.status_runs,
-                    &index.statuses,
-                    &index.terminal,
-                    &index.keys,
-                    &index.key_runs,
-                    &index.deleted,
-                ],
-            )
-            .await?;
+        let row = call_append(
+            &client,
+            AppendCall {
+                session_id,
+                owner: &me,
+                epoch,
+                expected: head.next_seq,
+                head_hash: &at.last_hash,
+                records: &records,
+                digests: &digests,
+                blobs: &blobs,
+                ts_us,
+                index: &index,
+            },
+        )
+        .await?;
         let status: String = row.get(0);
         let actual = Seq(row.get::<_, i64>(1) as u64);
         match status.as_str() {
@@ -1834,37 +1870,23 @@ impl PgJournal {
         let me = self.replica_id();
         let last_pos = self.block(async move {
             let client = pool.get().await?;
-            let (created_agent, created_user) = match &index.created {
-                Some((agent, user)) => (Some(agent.clone()), user.clone()),
-                None => (None, None),
-            };
-            let row = client
-                .query_one(
-                    "SELECT status, next_seq FROM turnstile.append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
-                    &[
-                        &session.as_str(),
-                        &me,
-                        &None::<i64>,
-                        &(first_seq.0 as i64),
-                        &last_hash.as_slice(),
-                        &bytes,
-                        &digests,
-                        &blobs,
-                        &created_agent,
-                        &created_user,
-                        &created_us,
-                        &index.queued_runs,
-                        &index.queued_agents,
-                        &index.queued_seqs,
-                        &index.status_runs,
-                        &index.statuses,
-                        &index.terminal,
-                        &index.keys,
-                        &index.key_runs,
-                        &index.deleted,
-                    ],
-                )
-                .await?;
+            let row = call_append(
+                &client,
+                AppendCall {
+                    session_id: &session,
+                    owner: &me,
+                    // An import takes the lease as it appends (an empty database).
+                    epoch: None,
+                    expected: first_seq,
+                    head_hash: &last_hash,
+                    records: &bytes,
+                    digests: &digests,
+                    blobs: &blobs,
+                    ts_us: created_us,
+                    index: &index,
+                },
+            )
+            .await?;
             let status: String = row.get(0);
             if status != "ok" {
                 return Err(Error::Store(format!(

@@ -148,10 +148,7 @@ impl Request {
         events: Vec<Event>,
         max_event_bytes: usize,
     ) -> Result<(Request, oneshot::Receiver<AppendResult>), Error> {
-        let events = events
-            .into_iter()
-            .map(|event| codec::encode_event(event, max_event_bytes).map_err(Error::Encode))
-            .collect::<Result<_, _>>()?;
+        let events = chain::encode(events, max_event_bytes)?;
         let (reply, answer) = oneshot::channel();
         Ok((
             Request {

@@ -114,6 +114,18 @@ async fn wait_for_end(server: &Server, run_id: &str, session: &str, within: Dura
     }
 }
 
+/// A stream's events, each once and in order (its frames' ids are event indexes).
+fn assert_gap_free(frames: &[turnstile_tests::Frame]) {
+    let indexes: Vec<i64> = frames
+        .iter()
+        .filter_map(|frame| frame.id.as_deref()?.parse().ok())
+        .collect();
+    assert!(
+        indexes.windows(2).all(|pair| pair[1] == pair[0] + 1),
+        "each event once, in order: {indexes:?}"
+    );
+}
+
 /// The kind of each record's event (its externally tagged name).
 fn kind(record: &Value) -> &str {
     record["event"]
@@ -297,14 +309,7 @@ async fn a_run_on_one_replica_streams_and_cancels_from_the_other() {
         2,
         "{types:?}"
     );
-    let indexes: Vec<i64> = frames
-        .iter()
-        .filter_map(|frame| frame.id.as_deref()?.parse().ok())
-        .collect();
-    assert!(
-        indexes.windows(2).all(|pair| pair[1] == pair[0] + 1),
-        "gap-free, each once: {indexes:?}"
-    );
+    assert_gap_free(&frames);
 
     // A long run on A, cancelled from B: it ends within a second.
     let long = background(&a, "cancel", "/tool Bash {}\n/sleep 30000\nnever").await;
@@ -359,14 +364,7 @@ async fn a_killed_replicas_run_is_finished_by_the_other_exactly_once() {
     let frames = attached.await.unwrap();
     let types = event_types(&frames);
     assert_eq!(types.last(), Some(&"RunCompleted"), "{types:?}");
-    let indexes: Vec<i64> = frames
-        .iter()
-        .filter_map(|frame| frame.id.as_deref()?.parse().ok())
-        .collect();
-    assert!(
-        indexes.windows(2).all(|pair| pair[1] == pair[0] + 1),
-        "each event once, in order, across the takeover: {indexes:?}"
-    );
+    assert_gap_free(&frames);
     b.terminate();
     let export = cluster.export();
     assert_eq!(endings(&export).get(&run), Some(&1));

@@ -90,15 +90,7 @@ async fn load(base: String, acknowledged: Acknowledged, seed: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_survives_sigkill_under_load() {
-    let kills: usize = std::env::var("TURNSTILE_SERVER_KILLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10);
-    let seed: u64 = std::env::var("TURNSTILE_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| rand::rng().random());
-    println!("seed {seed} (replay with TURNSTILE_SEED={seed})");
+    let (kills, seed) = kills_and_seed();
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(
         dir.path(),
@@ -150,6 +142,20 @@ async fn the_server_survives_sigkill_under_load() {
         "{kills} SIGKILLs, {} acknowledged runs all ended",
         runs.len()
     );
+}
+
+/// `TURNSTILE_SERVER_KILLS` (10) and `TURNSTILE_SEED` (random, printed to replay it).
+fn kills_and_seed() -> (usize, u64) {
+    let kills: usize = std::env::var("TURNSTILE_SERVER_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let seed: u64 = std::env::var("TURNSTILE_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| rand::rng().random());
+    println!("seed {seed} (replay with TURNSTILE_SEED={seed})");
+    (kills, seed)
 }
 
 /// Waits until every acknowledged run has ended.
@@ -251,15 +257,7 @@ async fn two_replicas_on_postgres_survive_sigkill_under_load() {
     let Some(url) = turnstile_tests::postgres::database() else {
         return;
     };
-    let kills: usize = std::env::var("TURNSTILE_SERVER_KILLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10);
-    let seed: u64 = std::env::var("TURNSTILE_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| rand::rng().random());
-    println!("seed {seed} (replay with TURNSTILE_SEED={seed})");
+    let (kills, seed) = kills_and_seed();
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(
         dir.path(),
