@@ -56,6 +56,12 @@ pub struct RuntimeConfig {
     /// Encoded bytes of one run event at most (a transcript line, a tool result, the
     /// answer); a run that produces a larger one ends `ERROR`, saying so.
     pub max_event_bytes: usize,
+    /// Asks the allocator to give back what the calling thread freed (mimalloc's
+    /// `mi_collect`, glibc's `malloc_trim`); called on an arbiter thread a moment after
+    /// session actors passivated there. `None` (the default): not called. Per-thread
+    /// allocators keep a thread's freed pages until that thread allocates again, and an
+    /// arbiter whose actors all passivated may not for a long time.
+    pub release_memory: Option<fn()>,
 }
 
 impl RuntimeConfig {
@@ -71,6 +77,7 @@ impl RuntimeConfig {
             max_queued_runs: 10_000,
             session_idle: Duration::from_secs(60),
             max_event_bytes: turnstile_journal::limits::EVENT_BYTES_MAX_DEFAULT,
+            release_memory: None,
         }
     }
 }

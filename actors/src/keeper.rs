@@ -39,6 +39,14 @@ impl Keeper {
         }
     }
 
+    /// Queues `job` on the keeper thread without waiting (nothing if the thread is gone).
+    pub(crate) fn send(&self, job: impl FnOnce() + Send + 'static) {
+        let sender = self.jobs.lock().ok().and_then(|jobs| jobs.clone());
+        if let Some(sender) = sender {
+            let _ = sender.send(Box::new(job));
+        }
+    }
+
     /// Runs `job` on the keeper thread and waits until it has run (in place if the
     /// thread is gone).
     pub(crate) fn run(&self, job: impl FnOnce() + Send + 'static) {

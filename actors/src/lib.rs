@@ -13,6 +13,7 @@ pub mod directory;
 pub mod history;
 mod keeper;
 mod lifecycle;
+mod memory;
 mod reads;
 mod registry;
 mod run;

@@ -17,6 +17,8 @@ pub(crate) struct Registry {
     arbiters: Vec<ArbiterHandle>,
     next_arbiter: usize,
     sessions: HashMap<SessionId, Addr<SessionActor>>,
+    /// A round of [`crate::memory::release`] is scheduled.
+    release_scheduled: bool,
 }
 
 impl Registry {
@@ -26,6 +28,7 @@ impl Registry {
             arbiters,
             next_arbiter: 0,
             sessions: HashMap::new(),
+            release_scheduled: false,
         }
     }
 }
@@ -102,7 +105,7 @@ impl Handler<GetSession> for Registry {
 impl Handler<Passivated> for Registry {
     type Result = ();
 
-    fn handle(&mut self, passivated: Passivated, _: &mut Self::Context) {
+    fn handle(&mut self, passivated: Passivated, ctx: &mut Self::Context) {
         // Only forget the actor that stopped, not a newer one for the same session.
         if self
             .sessions
@@ -114,6 +117,13 @@ impl Handler<Passivated> for Registry {
             if self.sessions.capacity() > 4 * self.sessions.len() + 1024 {
                 self.sessions.shrink_to_fit();
             }
+        }
+        if !self.release_scheduled {
+            self.release_scheduled = true;
+            ctx.run_later(crate::memory::RELEASE_AFTER, |registry, _| {
+                registry.release_scheduled = false;
+                crate::memory::release(&registry.shared, &registry.arbiters);
+            });
         }
     }
 }

@@ -122,6 +122,7 @@ impl Runtime {
                 config.session_idle.as_millis().min(u128::from(u64::MAX)) as u64,
             ),
             cluster,
+            release_memory: config.release_memory,
         });
         let arbiter_count = config.arbiters.max(1);
         let (sender, receiver) = std::sync::mpsc::channel();

@@ -60,6 +60,8 @@ pub(crate) struct Shared {
     pub keeper: crate::keeper::Keeper,
     /// The journal is shared with other replicas (PostgreSQL): sessions are leased.
     pub cluster: bool,
+    /// [`RuntimeConfig::release_memory`](crate::RuntimeConfig).
+    pub release_memory: Option<fn()>,
 }
 
 /// Runs started and ended since the runtime opened.

@@ -60,6 +60,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         max_queued_runs: config.server.max_queued_runs,
         session_idle: std::time::Duration::from_secs_f64(config.server.session_idle_s),
         max_event_bytes: config.server.max_event_bytes,
+        release_memory: Some(crate::allocator::collect),
     })?;
     let telemetry = match &config.telemetry.otlp_endpoint {
         Some(endpoint) => {

@@ -301,6 +301,30 @@ impl Journal {
         }
     }
 
+    /// Frees what the embedded store retired and has not freed yet. sled frees the old
+    /// versions of its pages through epoch-based reclamation, a few batches at a time as
+    /// later operations pass by, so after a burst of writes a backlog of them (tens of
+    /// MiB after 100,000 sessions) waits for the next burst. Bounded work:
+    /// [`limits::GARBAGE_FLUSHES_MAX`](crate::limits::GARBAGE_FLUSHES_MAX) flushes
+    /// (~0.1 ms). Nothing to do on PostgreSQL.
+    pub fn release_garbage(&self) {
+        if let Backend::Sled(_) = &self.backend {
+            for _ in 0..crate::limits::GARBAGE_FLUSHES_MAX {
+                crossbeam_epoch::pin().flush();
+            }
+        }
+    }
+
+    /// Makes `call` on the threads of the journal's own that allocate long-lived memory
+    /// (sled's committer), after what is queued there: the allocator's collect, so that
+    /// the pages they freed go back to the system
+    /// (the runtime's `release_memory`). Nothing on PostgreSQL.
+    pub fn call_on_writer_threads(&self, call: fn()) {
+        if let Backend::Sled(sled) = &self.backend {
+            sled.call_on_committer(call);
+        }
+    }
+
     /// Whether other processes may share this journal (PostgreSQL): sessions are then
     /// leased, one replica at a time.
     pub fn is_shared(&self) -> bool {

@@ -82,6 +82,9 @@ pub const IDEMPOTENCY_KEY_BYTES_MAX: usize = 256;
 pub const MESSAGE_BYTES_MAX: usize = 1024 * 1024;
 /// How often a connection checks its header and idle deadlines, in milliseconds.
 pub const CONNECTION_WATCH_MS: u64 = 250;
+/// Flushes of sled's epoch garbage at most in one [`crate::Journal::release_garbage`]
+/// (each frees up to 8 bags of 64 retired objects whose epoch has passed).
+pub const GARBAGE_FLUSHES_MAX: usize = 1_024;
 /// How long shutdown waits for open connections to finish their requests, in milliseconds.
 pub const SHUTDOWN_CONNECTIONS_WAIT_MS: u64 = 10_000;
 /// File descriptors kept for everything but connections (the journal's files, CLI

@@ -132,6 +132,13 @@ impl Default for JournalOptions {
 
 type AppendResult = Result<Result<Vec<Arc<Recorded>>, Conflict>, Error>;
 
+/// What the committer is sent: appends, and calls to make on its thread.
+enum Job {
+    Append(Request),
+    /// Called on the committer's thread once the batch it arrived with is applied.
+    Call(fn()),
+}
+
 struct Request {
     session_id: SessionId,
     expected: Expected,
@@ -231,7 +238,7 @@ struct Inner {
     stats: Arc<JournalStats>,
     path: PathBuf,
     tree: sled::Tree,
-    sender: Mutex<Option<mpsc::Sender<Request>>>,
+    sender: Mutex<Option<mpsc::Sender<Job>>>,
     committer: Mutex<Option<JoinHandle<()>>>,
     live: broadcast::Sender<Arc<Recorded>>,
     next_pos: Arc<AtomicU64>,
@@ -876,7 +883,7 @@ impl SledJournal {
         &self.inner.path
     }
 
-    fn sender(&self) -> Result<mpsc::Sender<Request>, Error> {
+    fn sender(&self) -> Result<mpsc::Sender<Job>, Error> {
         self.inner
             .sender
             .lock()
@@ -896,7 +903,7 @@ impl SledJournal {
         let (request, answer) =
             Request::new(session_id, expected, events, self.inner.max_event_bytes)?;
         self.sender()?
-            .send(request)
+            .send(Job::Append(request))
             .await
             .map_err(|_| Error::Stopped)?;
         answer.await.map_err(|_| Error::Stopped)?
@@ -918,7 +925,7 @@ impl SledJournal {
     > {
         let (request, answer) =
             Request::new(session_id, expected, events, self.inner.max_event_bytes)?;
-        match self.sender()?.try_send(request) {
+        match self.sender()?.try_send(Job::Append(request)) {
             Ok(()) => Ok(Ok(async move { answer.await.map_err(|_| Error::Stopped)? })),
             Err(mpsc::error::TrySendError::Full(_)) => Ok(Err(AppendQueueFull)),
             Err(mpsc::error::TrySendError::Closed(_)) => Err(Error::Stopped),
@@ -935,7 +942,7 @@ impl SledJournal {
         let (request, answer) =
             Request::new(session_id, expected, events, self.inner.max_event_bytes)?;
         self.sender()?
-            .blocking_send(request)
+            .blocking_send(Job::Append(request))
             .map_err(|_| Error::Stopped)?;
         answer.blocking_recv().map_err(|_| Error::Stopped)?
     }
@@ -1183,6 +1190,14 @@ impl SledJournal {
     /// Stops the committer after it answers every queued append, and flushes.
     pub fn close(&self) -> Result<(), Error> {
         self.inner.close()
+    }
+
+    /// Queues `call` to be made on the committer's thread, after the appends queued
+    /// before it (nothing when the journal is closed or the queue is full).
+    pub fn call_on_committer(&self, call: fn()) {
+        if let Ok(sender) = self.sender() {
+            let _ = sender.try_send(Job::Call(call));
+        }
     }
 }
 
@@ -1542,10 +1557,18 @@ struct SyncJob {
 }
 
 impl Committer {
-    fn run(mut self, mut receiver: mpsc::Receiver<Request>) {
+    fn run(mut self, mut receiver: mpsc::Receiver<Job>) {
         let mut requests = Vec::with_capacity(limits::GROUP_COMMIT_REQUESTS_MAX);
+        let mut calls = Vec::new();
         let mut last_batch = 1;
         while let Some(first) = receiver.blocking_recv() {
+            let first = match first {
+                Job::Append(request) => request,
+                Job::Call(call) => {
+                    call();
+                    continue;
+                }
+            };
             let mut bytes = first.bytes();
             requests.push(first);
             // Linger briefly for as many requests as the last batch had: appenders
@@ -1557,10 +1580,11 @@ impl Committer {
                 && bytes < limits::GROUP_COMMIT_BYTES_MAX
             {
                 match receiver.try_recv() {
-                    Ok(request) => {
+                    Ok(Job::Append(request)) => {
                         bytes += request.bytes();
                         requests.push(request);
                     }
+                    Ok(Job::Call(call)) => calls.push(call),
                     Err(mpsc::error::TryRecvError::Empty)
                         if requests.len() < last_batch && Instant::now() < linger_until =>
                     {
@@ -1571,6 +1595,9 @@ impl Committer {
             }
             last_batch = requests.len();
             self.commit(&mut requests);
+            for call in calls.drain(..) {
+                call();
+            }
         }
         self.write_tail_to_index();
     }

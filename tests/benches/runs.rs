@@ -1,6 +1,8 @@
 //! Run benchmarks (issue 3), written up in `docs/PERFORMANCE.md`:
 //! - memory per session: RSS with 100,000 sessions created, their actors alive, then
 //!   passivated; and with each passivated soon after its turn (each in a fresh process);
+//!   the runtime releases memory as the binary has it (`release_memory` is mimalloc's
+//!   collect), and once more together without it, for the ratio;
 //! - turns per second with the scripted harness, durable: one session sequentially and
 //!   1,000 sessions in parallel, in process (embedding API) and over HTTP, beside a
 //!   bare axum JSON endpoint on the same machine in the same run;
@@ -44,13 +46,16 @@ fn rss_bytes() -> u64 {
         .unwrap_or(0)
 }
 
-fn runtime(dir: &std::path::Path, session_idle: Duration) -> Runtime {
+/// A runtime as the binary opens it: `release_memory` is its allocator's collect unless
+/// `release` is false.
+fn runtime(dir: &std::path::Path, session_idle: Duration, release: bool) -> Runtime {
     let agent = scripted_agent(RetryPolicy::default());
     let mut config = RuntimeConfig::new(dir.to_path_buf(), vec![agent]);
     config.max_concurrent_runs = IN_FLIGHT;
     config.max_queued_runs = 1_000_000;
     config.session_idle = session_idle;
     config.arbiters = 2;
+    config.release_memory = release.then_some(turnstile_gateway::allocator::collect as fn());
     Runtime::open(config).unwrap()
 }
 
@@ -164,19 +169,21 @@ const MEMORY_CHILD: &str = "BENCH_MEMORY_CHILD";
 
 /// `together`: every session keeps its actor until all have had their turn (the idle
 /// timeout is an hour), then all passivate. `as they go`: each passivates 50 ms after
-/// its turn, as sessions do on a server whose clients come and go. Prints table rows.
+/// its turn, as sessions do on a server whose clients come and go. `..., nothing
+/// released`: the same with no `release_memory`. Prints table rows, with the turns per
+/// second of the 100,000 first turns (the cost of releasing, if any, is in them).
 async fn memory_child(mode: &str, sessions: usize) {
-    let together = mode == "together";
+    let together = mode.starts_with("together");
     let idle = if together {
         Duration::from_secs(3600)
     } else {
         Duration::from_millis(50)
     };
     let dir = tempfile::tempdir().unwrap();
-    let runtime = runtime(dir.path(), idle);
+    let runtime = runtime(dir.path(), idle, !mode.ends_with("nothing released"));
     let before = rss_bytes();
     let rt = runtime.clone();
-    parallel(sessions, 1, move |session| {
+    let rate = parallel(sessions, 1, move |session| {
         let runtime = rt.clone();
         async move { in_process_turn(&runtime, &session).await }
     })
@@ -192,7 +199,7 @@ async fn memory_child(mode: &str, sessions: usize) {
     let row = |state: &str, actors: usize, rss: u64| {
         let growth = rss.saturating_sub(before);
         println!(
-            "| {mode} | {state} | {actors} | {:.1} MiB | {:.0} B |",
+            "| {mode} | {state} | {actors} | {:.1} MiB | {:.0} B | {rate:.0} |",
             growth as f64 / 1048576.0,
             growth as f64 / sessions as f64
         );
@@ -220,10 +227,15 @@ async fn main() {
         "## Memory per session ({idle_sessions} sessions, one turn each, each way in a fresh process)\n"
     );
     println!(
-        "| sessions passivated | state | session actors in memory | RSS growth | per session |"
+        "| sessions passivated | state | session actors in memory | RSS growth | per session | turns/s |"
     );
-    println!("|---|---|---:|---:|---:|");
-    for mode in ["together", "as they go"] {
+    println!("|---|---|---:|---:|---:|---:|");
+    for mode in [
+        "together",
+        "as they go",
+        "together, nothing released",
+        "as they go, nothing released",
+    ] {
         // The allocator's options as the `turnstile` binary runs with them
         // (`gateway/src/allocator.rs`), unless the caller set them.
         let purge_delay = std::env::var("MIMALLOC_PURGE_DELAY").unwrap_or_else(|_| "0".to_owned());
@@ -245,7 +257,7 @@ async fn main() {
     // Turns per second, in process.
     let (in_process_sequential, in_process_parallel) = {
         let dir = tempfile::tempdir().unwrap();
-        let runtime = runtime(dir.path(), Duration::from_secs(60));
+        let runtime = runtime(dir.path(), Duration::from_secs(60), true);
         let started = Instant::now();
         for _ in 0..sequential {
             in_process_turn(&runtime, "seq").await;

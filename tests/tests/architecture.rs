@@ -1,7 +1,7 @@
 //! Architecture invariants of `docs/ARCHITECTURE.md`, checked from the manifests and
 //! sources so they cannot rot: the dependency direction between crates, the libraries
-//! reserved to one crate, versions only in the workspace, and a `//!` doc atop every
-//! Rust file.
+//! reserved to one crate, versions only in the workspace, a `//!` doc atop every
+//! Rust file, and `unsafe` in one place only.
 
 use std::path::{Path, PathBuf};
 
@@ -34,8 +34,9 @@ fn allowed(krate: &str) -> &'static [&'static str] {
 }
 
 /// Libraries only one crate may name.
-const RESERVED: [(&str, &str); 6] = [
+const RESERVED: [(&str, &str); 7] = [
     ("sled", "journal"),
+    ("crossbeam-epoch", "journal"),
     ("bincode", "journal"),
     ("tokio-postgres", "journal"),
     ("deadpool-postgres", "journal"),
@@ -335,4 +336,52 @@ fn only_the_gateway_knows_agnos_event_json() {
         }
     }
     assert!(violations.is_empty(), "{violations:#?}");
+}
+
+/// The one place allowed `unsafe`: the allocator's collect, one call.
+const UNSAFE_ALLOWED: &str = "gateway/src/allocator.rs";
+/// What marks unsafe code (spelled apart, so that this file does not match itself).
+const UNSAFE_MARKS: [&str; 5] = [
+    concat!("unsafe", " {"),
+    concat!("unsafe", " fn"),
+    concat!("unsafe", " impl"),
+    concat!("unsafe", " extern"),
+    concat!("allow(", "unsafe_code"),
+];
+
+#[test]
+fn only_the_allocators_collect_is_unsafe() {
+    let mut files = Vec::new();
+    for krate in CRATES {
+        rust_files(&root().join(krate), &mut files);
+    }
+    let mut found = Vec::new();
+    for path in &files {
+        let relative = path.strip_prefix(root()).unwrap().display().to_string();
+        if relative.contains("/target/") {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).unwrap();
+        for (number, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if UNSAFE_MARKS.iter().any(|mark| code.contains(mark)) {
+                found.push(format!("{relative}:{}", number + 1));
+            }
+        }
+    }
+    let elsewhere: Vec<&String> = found
+        .iter()
+        .filter(|at| !at.starts_with(UNSAFE_ALLOWED))
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "unsafe outside {UNSAFE_ALLOWED}: {elsewhere:?}"
+    );
+    // `#[allow(unsafe_code)]` and the block it allows.
+    assert_eq!(found.len(), 2, "{found:?}");
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains(concat!("unsafe", "_code = \"deny\"")),
+        "the workspace denies unsafe code"
+    );
 }

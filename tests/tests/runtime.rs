@@ -188,3 +188,61 @@ async fn a_session_resumes_from_the_journal_after_reopening(dir: Store) {
     assert!(runtime.journal().verify(|_| ()).unwrap().is_ok());
     runtime.shutdown().await.unwrap();
 }
+
+/// Threads on which the runtime of
+/// [`after_a_burst_of_passivations_every_runtime_thread_releases_memory`] called its
+/// `release_memory`.
+static RELEASED_ON: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+fn note_release() {
+    let name = std::thread::current()
+        .name()
+        .unwrap_or("unnamed")
+        .to_owned();
+    RELEASED_ON.lock().unwrap().insert(name);
+}
+
+/// The threads that keep memory after sessions passivate (the arbiters that hosted
+/// them, the keeper, the journal's committer, the registry's) each ask the allocator
+/// to give it back, and none is asked while nothing has passivated.
+#[tokio::test]
+async fn after_a_burst_of_passivations_every_runtime_thread_releases_memory() {
+    let store = Store::Sled(tempfile::tempdir().unwrap());
+    let mut config = store.config(vec![
+        turnstile_tests::scripted_agent(RetryPolicy::default()),
+    ]);
+    config.session_idle = Duration::from_secs(3600);
+    config.release_memory = Some(note_release);
+    let runtime = Runtime::open(config).unwrap();
+    for n in 0..8 {
+        let handle = start(&runtime, &format!("release-{n}"), "hello").await;
+        assert_eq!(handle.outcome().await.unwrap().status, RunStatus::Completed);
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(
+        RELEASED_ON.lock().unwrap().is_empty(),
+        "released with every session still in memory: {:?}",
+        RELEASED_ON.lock().unwrap()
+    );
+    runtime.set_session_idle(Duration::from_millis(1));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let expected = ["turnstile-keeper", "journal-commit", "turnstile-actors"];
+    loop {
+        let threads = RELEASED_ON.lock().unwrap().clone();
+        let arbiters = threads
+            .iter()
+            .filter(|name| name.contains("arbiter"))
+            .count();
+        if arbiters == 2 && expected.iter().all(|name| threads.contains(*name)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "released on {threads:?} only (want both arbiters and {expected:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(runtime.sessions_in_memory().await.unwrap(), 0);
+    runtime.shutdown().await.unwrap();
+}
