@@ -57,10 +57,12 @@ pub struct RuntimeConfig {
     /// answer); a run that produces a larger one ends `ERROR`, saying so.
     pub max_event_bytes: usize,
     /// Asks the allocator to give back what the calling thread freed (mimalloc's
-    /// `mi_collect`, glibc's `malloc_trim`); called on an arbiter thread a moment after
-    /// session actors passivated there. `None` (the default): not called. Per-thread
-    /// allocators keep a thread's freed pages until that thread allocates again, and an
-    /// arbiter whose actors all passivated may not for a long time.
+    /// `mi_collect`, glibc's `malloc_trim`). Half a second after a burst of session
+    /// passivations the runtime calls it on each of its long-lived threads (the
+    /// arbiters, the keeper, the journal's committer, the registry's). `None` (the
+    /// default): not called. Per-thread allocators keep a thread's freed pages until
+    /// that thread allocates again, and an arbiter whose actors all passivated may not
+    /// for a long time.
     pub release_memory: Option<fn()>,
 }
 
