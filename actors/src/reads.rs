@@ -8,7 +8,9 @@
 //! facts and its open runs' ids, `run/<id>` one run. `journal rebuild` checks both.
 
 use turnstile_journal::{Journal, RunId, Seq, SessionId};
-use turnstile_projections::{RunView, SessionState, StoredRun, StoredSession, Transcripts};
+use turnstile_projections::{
+    RunHead, RunView, SessionState, StoredRun, StoredRunHead, StoredSession, Transcripts,
+};
 
 use crate::api::RuntimeError;
 
@@ -139,6 +141,32 @@ pub(crate) fn run_view(journal: &Journal, run_id: &RunId) -> Result<Option<RunVi
         return Ok(Some(run.clone()));
     }
     ended_run(journal, &state, run_id)
+}
+
+/// [`run_view`] as far as the run's head: an ended run's is read from its stored form
+/// without building its tool calls and content (a finished run of 5,000 tool calls
+/// costs what its head costs, not a parse of the whole run).
+pub(crate) fn run_head(journal: &Journal, run_id: &RunId) -> Result<Option<RunHead>, RuntimeError> {
+    let Some(session_id) = journal.session_of_run(run_id)? else {
+        return Ok(None);
+    };
+    let state = load_session(journal, &session_id)?;
+    if !state.exists() {
+        return Ok(None);
+    }
+    if let Some(run) = state.run(run_id) {
+        return Ok(Some(RunHead::of(run)));
+    }
+    let stored: Option<StoredRunHead> = journal
+        .get_projection(&run_key(run_id))?
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+    match stored {
+        Some(stored) if stored.run.status.is_terminal() => {
+            Ok(Some(stored.run).filter(|run| state.owns_head(run)))
+        }
+        // Missing or stale: the whole read repairs it.
+        _ => Ok(ended_run(journal, &state, run_id)?.map(|run| RunHead::of(&run))),
+    }
 }
 
 /// A run the state does not hold (it ended before the state's stored form).

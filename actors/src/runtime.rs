@@ -524,6 +524,16 @@ impl Runtime {
         crate::reads::run_view(self.journal(), run_id)
     }
 
+    /// [`Runtime::run_view`] as far as the run's head (agent, session, status, event
+    /// count): what a stream needs, without building an ended run's tool calls and
+    /// content.
+    pub fn run_head(
+        &self,
+        run_id: &RunId,
+    ) -> Result<Option<turnstile_projections::RunHead>, RuntimeError> {
+        crate::reads::run_head(self.journal(), run_id)
+    }
+
     /// The lines of one harness session's transcript, as journaled (folds the session's
     /// records: for audits and tests, not for a turn).
     pub fn transcript(
@@ -590,7 +600,7 @@ impl Runtime {
         after: Option<EventIndex>,
     ) -> Result<Option<RunEvents>, RuntimeError> {
         let live = self.inner.shared.live_run(run_id);
-        let Some(view) = self.run_view(run_id)? else {
+        let Some(view) = self.run_head(run_id)? else {
             return Ok(None);
         };
         let from = after.map(EventIndex::next).unwrap_or_default();

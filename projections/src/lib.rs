@@ -9,7 +9,7 @@ pub mod rebuild;
 mod session;
 
 pub use session::{
-    AttachmentView, Checkpoint, DayCounts, ForkPoint, ModelDetails, ModelTotals, RunStatus,
-    RunView, SessionMetrics, SessionState, SessionView, StoredRun, StoredSession, TOKEN_KEYS,
-    ToolView, Transcripts, date_of_us,
+    AttachmentView, Checkpoint, DayCounts, ForkPoint, ModelDetails, ModelTotals, RunHead,
+    RunStatus, RunView, SessionMetrics, SessionState, SessionView, StoredRun, StoredRunHead,
+    StoredSession, TOKEN_KEYS, ToolView, Transcripts, date_of_us,
 };

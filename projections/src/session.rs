@@ -454,6 +454,46 @@ pub struct StoredRun {
     pub run: RunView,
 }
 
+/// What a run's stream needs to know of it (which agent and session it is of, where it
+/// is, how many events it has), read from its stored form without the rest: a run's
+/// tool calls and content are skipped, not built.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct RunHead {
+    /// The run.
+    pub run_id: RunId,
+    /// Its session.
+    pub session_id: SessionId,
+    /// Agent.
+    pub agent_id: String,
+    /// Status.
+    pub status: RunStatus,
+    /// Client-visible events recorded (= next event index).
+    pub event_count: u64,
+    /// Sequence of the run's first record in its session stream.
+    pub queued_seq: Seq,
+}
+
+impl RunHead {
+    /// The head of a whole run.
+    pub fn of(run: &RunView) -> RunHead {
+        RunHead {
+            run_id: run.run_id.clone(),
+            session_id: run.session_id.clone(),
+            agent_id: run.agent_id.clone(),
+            status: run.status,
+            event_count: run.event_count,
+            queued_seq: run.queued_seq,
+        }
+    }
+}
+
+/// [`StoredRun`] read as far as its run's [`RunHead`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct StoredRunHead {
+    /// The run's head.
+    pub run: RunHead,
+}
+
 /// A session and the runs it holds: the fold of one session stream.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionState {
@@ -549,6 +589,11 @@ impl SessionState {
     /// Whether a run belongs to this session as it is now (not to an earlier session
     /// of the same id, deleted since).
     pub fn owns(&self, run: &RunView) -> bool {
+        self.owns_head(&RunHead::of(run))
+    }
+
+    /// [`SessionState::owns`] for a run's head.
+    pub fn owns_head(&self, run: &RunHead) -> bool {
         run.session_id == self.session_id && run.queued_seq.0 >= self.session.created_seq
     }
 

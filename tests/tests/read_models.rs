@@ -80,8 +80,13 @@ async fn reads_on_a_session_with_a_thousand_turns_do_not_fold_it_from_the_start_
     // The newest run, the first run, the session.
     for run_id in [&last, &first] {
         let (view, read) = counted(&runtime, async || runtime.run_view(run_id).unwrap()).await;
-        assert_eq!(view.unwrap().status, RunStatus::Completed);
+        let view = view.unwrap();
+        assert_eq!(view.status, RunStatus::Completed);
         assert!(read <= RECORDS_MAX, "a run read {read} records");
+        // What a stream reads of it: the same facts, from the stored form's head.
+        let (head, read) = counted(&runtime, async || runtime.run_head(run_id).unwrap()).await;
+        assert_eq!(head, Some(turnstile_projections::RunHead::of(&view)));
+        assert!(read <= RECORDS_MAX, "a run's head read {read} records");
     }
     let (state, read) = counted(&runtime, async || runtime.session(&session).unwrap()).await;
     let state = state.unwrap();

@@ -394,7 +394,7 @@ pub(super) async fn resume_run(
             u64::try_from(index).ok().map(EventIndex)
         }
     };
-    let view = state.runtime.run_view(&parsed)?.ok_or_else(not_found)?;
+    let view = state.runtime.run_head(&parsed)?.ok_or_else(not_found)?;
     let wrong_session = body
         .session_id
         .as_deref()
