@@ -2,7 +2,7 @@
 //! - memory per session: RSS with 100,000 sessions created, their actors alive, then
 //!   passivated; and with each passivated soon after its turn (each in a fresh process);
 //!   the runtime releases memory as the binary has it (`release_memory` is mimalloc's
-//!   collect), and once more together without it, for the ratio;
+//!   collect), and both ways once more without it, for the difference;
 //! - turns per second with the scripted harness, durable: one session sequentially and
 //!   1,000 sessions in parallel, in process (embedding API) and over HTTP, beside a
 //!   bare axum JSON endpoint on the same machine in the same run;
