@@ -39,10 +39,14 @@ impl Keeper {
         }
     }
 
+    /// The job queue's sender, unless the thread is gone.
+    fn sender(&self) -> Option<Sender<Job>> {
+        self.jobs.lock().ok().and_then(|jobs| jobs.clone())
+    }
+
     /// Queues `job` on the keeper thread without waiting (nothing if the thread is gone).
     pub(crate) fn send(&self, job: impl FnOnce() + Send + 'static) {
-        let sender = self.jobs.lock().ok().and_then(|jobs| jobs.clone());
-        if let Some(sender) = sender {
+        if let Some(sender) = self.sender() {
             let _ = sender.send(Box::new(job));
         }
     }
@@ -50,8 +54,7 @@ impl Keeper {
     /// Runs `job` on the keeper thread and waits until it has run (in place if the
     /// thread is gone).
     pub(crate) fn run(&self, job: impl FnOnce() + Send + 'static) {
-        let sender = self.jobs.lock().ok().and_then(|jobs| jobs.clone());
-        let Some(sender) = sender else {
+        let Some(sender) = self.sender() else {
             return job();
         };
         let (done, finished) = sync_channel::<()>(1);

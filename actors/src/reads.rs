@@ -22,14 +22,22 @@ fn run_key(run_id: &RunId) -> String {
     format!("run/{run_id}")
 }
 
+/// The stored projection under `key`, if there is one that decodes as a `T`.
+fn stored<T: serde::de::DeserializeOwned>(
+    journal: &Journal,
+    key: &str,
+) -> Result<Option<T>, RuntimeError> {
+    Ok(journal
+        .get_projection(key)?
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok()))
+}
+
 /// A run's stored form, if it has one that decodes.
 pub(crate) fn stored_run(
     journal: &Journal,
     run_id: &RunId,
 ) -> Result<Option<StoredRun>, RuntimeError> {
-    Ok(journal
-        .get_projection(&run_key(run_id))?
-        .and_then(|bytes| serde_json::from_slice(&bytes).ok()))
+    stored(journal, &run_key(run_id))
 }
 
 /// An earlier run of a branch, from its stored form (every earlier run of a branch has
@@ -45,9 +53,7 @@ fn stored_session(
     journal: &Journal,
     session_id: &SessionId,
 ) -> Result<Option<StoredSession>, RuntimeError> {
-    Ok(journal
-        .get_projection(&session_key(session_id))?
-        .and_then(|bytes| serde_json::from_slice(&bytes).ok()))
+    stored(journal, &session_key(session_id))
 }
 
 /// Stores a session's facts (only while none of its runs is in flight: the actor folds
@@ -130,37 +136,35 @@ fn fold_and_store(journal: &Journal, session_id: &SessionId) -> Result<SessionSt
 /// A run's view: its stored form when it has ended, else from its session's state.
 /// `None` for an unknown run, or one of a deleted session.
 pub(crate) fn run_view(journal: &Journal, run_id: &RunId) -> Result<Option<RunView>, RuntimeError> {
-    let Some(session_id) = journal.session_of_run(run_id)? else {
+    let Some(state) = state_of_run(journal, run_id)? else {
         return Ok(None);
     };
-    let state = load_session(journal, &session_id)?;
-    if !state.exists() {
-        return Ok(None);
-    }
     if let Some(run) = state.run(run_id) {
         return Ok(Some(run.clone()));
     }
     ended_run(journal, &state, run_id)
 }
 
-/// [`run_view`] as far as the run's head: an ended run's is read from its stored form
-/// without building its tool calls and content (a finished run of 5,000 tool calls
-/// costs what its head costs, not a parse of the whole run).
-pub(crate) fn run_head(journal: &Journal, run_id: &RunId) -> Result<Option<RunHead>, RuntimeError> {
+/// The state of the session a run is of, if the run is known and its session exists.
+fn state_of_run(journal: &Journal, run_id: &RunId) -> Result<Option<SessionState>, RuntimeError> {
     let Some(session_id) = journal.session_of_run(run_id)? else {
         return Ok(None);
     };
     let state = load_session(journal, &session_id)?;
-    if !state.exists() {
+    Ok(state.exists().then_some(state))
+}
+
+/// [`run_view`] as far as the run's head: an ended run's is read from its stored form
+/// without building its tool calls and content (a finished run of 5,000 tool calls
+/// costs what its head costs, not a parse of the whole run).
+pub(crate) fn run_head(journal: &Journal, run_id: &RunId) -> Result<Option<RunHead>, RuntimeError> {
+    let Some(state) = state_of_run(journal, run_id)? else {
         return Ok(None);
-    }
+    };
     if let Some(run) = state.run(run_id) {
         return Ok(Some(RunHead::of(run)));
     }
-    let stored: Option<StoredRunHead> = journal
-        .get_projection(&run_key(run_id))?
-        .and_then(|bytes| serde_json::from_slice(&bytes).ok());
-    match stored {
+    match stored::<StoredRunHead>(journal, &run_key(run_id))? {
         Some(stored) if stored.run.status.is_terminal() => {
             Ok(Some(stored.run).filter(|run| state.owns_head(run)))
         }
