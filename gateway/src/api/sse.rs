@@ -8,8 +8,9 @@
 //! down (an open stream would otherwise hold axum's graceful shutdown forever).
 
 use std::convert::Infallible;
-use std::fmt::Write as _;
+use std::io::Write as _;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -24,6 +25,9 @@ use crate::api::events::{self, Who};
 
 /// Frames coalesced into one write at most.
 const FRAMES_PER_WRITE_MAX: usize = 256;
+
+/// A write stops taking frames once it holds this much (a frame is not split).
+const CHUNK_BYTES: usize = 64 * 1024;
 
 /// What every stream needs from the server: when to end, how often to keep alive.
 #[derive(Debug, Clone)]
@@ -44,44 +48,68 @@ pub enum Framing {
     Indexed,
 }
 
-/// One SSE frame; `id` only for run events, so meta frames never move `Last-Event-ID`.
-fn encode(id: Option<u64>, event_type: &str, data: &str) -> String {
-    let mut frame = String::with_capacity(data.len() + event_type.len() + 32);
-    if let Some(id) = id {
-        let _ = writeln!(frame, "id: {id}");
-    }
-    let _ = write!(frame, "event: {event_type}\ndata: {data}\n\n");
-    frame
+/// What a stream sends: a run event (rendered into the write it goes out in) or a
+/// frame of its own (meta, error).
+enum Frame {
+    Event(Arc<WireEvent>),
+    Text(Vec<u8>),
 }
 
-fn frame(event: &WireEvent, framing: Framing, who: &Who) -> String {
+/// One SSE frame without an `id` (meta and error frames, so they never move
+/// `Last-Event-ID`).
+fn text_frame(event_type: &str, data: &serde_json::Value) -> Frame {
+    Frame::Text(format!("event: {event_type}\ndata: {data}\n\n").into_bytes())
+}
+
+/// A run event's frame, appended to `out`.
+fn write_event(out: &mut Vec<u8>, event: &WireEvent, framing: Framing, who: &Who) {
     let index = event.event_index.0;
-    let (event_type, mut data) = events::render(event, who);
-    if framing == Framing::Indexed
-        && let Some(object) = data.as_object_mut()
-    {
-        object.insert("event_index".into(), json!(index));
-    }
-    encode(Some(index), event_type, &data.to_string())
+    let _ = write!(
+        out,
+        "id: {index}\nevent: {}\ndata: ",
+        events::event_type(&event.event)
+    );
+    events::write(out, event, who, framing == Framing::Indexed);
+    out.extend_from_slice(b"\n\n");
 }
 
-fn error_frame() -> String {
-    encode(
-        None,
+fn error_frame() -> Frame {
+    text_frame(
         "error",
-        &json!({"event": "error", "error": "stream failed"}).to_string(),
+        &json!({"event": "error", "error": "stream failed"}),
     )
 }
 
 struct Pump {
-    frames: Pin<Box<dyn Stream<Item = String> + Send>>,
+    frames: Pin<Box<dyn Stream<Item = Frame> + Send>>,
+    framing: Framing,
+    who: Option<Who>,
     options: SseOptions,
     done: bool,
 }
 
-fn respond(frames: impl Stream<Item = String> + Send + 'static, options: SseOptions) -> Response {
+impl Pump {
+    fn write(&self, frame: Frame, chunk: &mut Vec<u8>) {
+        match (frame, &self.who) {
+            (Frame::Event(event), Some(who)) => write_event(chunk, &event, self.framing, who),
+            // Only `single` has no `who`, and it sends no run events.
+            (Frame::Event(_), None) => {}
+            (Frame::Text(text), _) if chunk.is_empty() => *chunk = text,
+            (Frame::Text(text), _) => chunk.extend_from_slice(&text),
+        }
+    }
+}
+
+fn respond(
+    frames: impl Stream<Item = Frame> + Send + 'static,
+    framing: Framing,
+    who: Option<Who>,
+    options: SseOptions,
+) -> Response {
     let pump = Pump {
         frames: Box::pin(frames),
+        framing,
+        who,
         options,
         done: false,
     };
@@ -97,10 +125,17 @@ fn respond(frames: impl Stream<Item = String> + Send + 'static, options: SseOpti
                 return Some((Ok::<_, Infallible>(Bytes::from_static(b": keepalive\n\n")), pump));
             }
         };
-        let mut chunk = first;
+        let mut chunk = Vec::new();
+        if matches!(first, Frame::Event(_)) {
+            chunk.reserve(CHUNK_BYTES + CHUNK_BYTES / 8);
+        }
+        pump.write(first, &mut chunk);
         for _ in 1..FRAMES_PER_WRITE_MAX {
+            if chunk.len() >= CHUNK_BYTES {
+                break;
+            }
             match pump.frames.next().now_or_never() {
-                Some(Some(frame)) => chunk.push_str(&frame),
+                Some(Some(frame)) => pump.write(frame, &mut chunk),
                 Some(None) => {
                     pump.done = true;
                     break;
@@ -120,9 +155,9 @@ fn respond(frames: impl Stream<Item = String> + Send + 'static, options: SseOpti
         .into_response()
 }
 
-fn run_frames(events: RunEvents, framing: Framing, who: Who) -> impl Stream<Item = String> + Send {
-    events.into_stream().map(move |item| match item {
-        Ok(event) => frame(&event, framing, &who),
+fn run_frames(events: RunEvents) -> impl Stream<Item = Frame> + Send {
+    events.into_stream().map(|item| match item {
+        Ok(event) => Frame::Event(event),
         Err(error) => {
             tracing::error!(%error, "run stream failed");
             error_frame()
@@ -132,7 +167,7 @@ fn run_frames(events: RunEvents, framing: Framing, who: Who) -> impl Stream<Item
 
 /// A run's events as an SSE response.
 pub fn run_stream(events: RunEvents, framing: Framing, who: Who, options: SseOptions) -> Response {
-    respond(run_frames(events, framing, who), options)
+    respond(run_frames(events), framing, Some(who), options)
 }
 
 /// A re-attached stream: meta frames (no `id`), then the run's events with their indexes.
@@ -144,10 +179,12 @@ pub fn resume_stream(
 ) -> Response {
     let meta = stream::iter(
         meta.into_iter()
-            .map(|(event_type, data)| encode(None, event_type, &data.to_string())),
+            .map(|(event_type, data)| text_frame(event_type, &data)),
     );
     respond(
-        meta.chain(run_frames(events, Framing::Indexed, who)),
+        meta.chain(run_frames(events)),
+        Framing::Indexed,
+        Some(who),
         options,
     )
 }
@@ -155,7 +192,9 @@ pub fn resume_stream(
 /// An SSE response of exactly one frame (the busy answer of a streamed run).
 pub fn single(event_type: &str, data: serde_json::Value, options: SseOptions) -> Response {
     respond(
-        stream::iter([encode(None, event_type, &data.to_string())]),
+        stream::iter([text_frame(event_type, &data)]),
+        Framing::Inline,
+        None,
         options,
     )
 }
