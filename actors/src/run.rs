@@ -18,7 +18,8 @@ use tokio_util::sync::CancellationToken;
 use turnstile_harness::{ErrorKind, Harness, HarnessError, HarnessEvent, TurnOutcome, TurnRequest};
 use turnstile_journal::limits::HARNESS_EVENTS_BUFFERED;
 use turnstile_journal::{
-    Event, EventIndex, Expected, Journal, Recorded, RunEvent, RunId, SessionId, Warning,
+    Event, EventIndex, Expected, Journal, Recorded, RunEvent, RunId, SessionEvent, SessionId,
+    Warning,
 };
 
 /// A client-visible run event, typed, with its index in the run and when it was
@@ -53,6 +54,23 @@ impl WireEvent {
                 event_index: *event_index,
                 ts_us: record.ts_us,
                 event: event.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The run event a session's event is, if it is one (moved, not copied).
+    pub fn from_session_event(event: SessionEvent) -> Option<WireEvent> {
+        match event.event {
+            Event::RunEventEmitted {
+                run_id,
+                event_index,
+                event: run_event,
+            } => Some(WireEvent {
+                run_id,
+                event_index,
+                ts_us: event.ts_us,
+                event: run_event,
             }),
             _ => None,
         }

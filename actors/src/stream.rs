@@ -153,10 +153,10 @@ impl RunEvents {
         // Resumes where the last refill stopped; stops at the run's end, or once a
         // batch is in the backlog (memory stays bounded for a run of any length).
         let from = self.scan_seq.max(self.from_seq);
-        for record in self.journal.read_session(&self.session_id, from) {
-            let record = record?;
-            self.scan_seq = record.seq.next();
-            let Some(event) = WireEvent::from_record(&record) else {
+        for event in self.journal.read_session_events(&self.session_id, from) {
+            let event = event?;
+            self.scan_seq = event.seq.next();
+            let Some(event) = WireEvent::from_session_event(event) else {
                 continue;
             };
             if event.run_id != self.run_id || event.event_index < self.next {

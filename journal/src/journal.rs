@@ -16,7 +16,7 @@ use crate::ids::{JournalPos, RunId, Seq, SessionId};
 use crate::postgres::{Command, Lease, PgJournal, PostgresOptions};
 use crate::store::{
     AgentRun, AppendQueueFull, Conflict, Expected, JournalOptions, Recorded, SessionEntry,
-    SledJournal, StatsSnapshot,
+    SessionEvent, SledJournal, StatsSnapshot,
 };
 use crate::subscription::Subscription;
 use crate::verify::{Corruption, VerifyReport};
@@ -30,6 +30,9 @@ pub type QueuedAppend = Pin<Box<dyn Future<Output = AppendResult> + Send + 'stat
 
 /// A read of records, in order.
 pub type Records = Box<dyn Iterator<Item = Result<Recorded, Error>> + Send>;
+
+/// A read of a session's events, in order.
+pub type SessionEvents = Box<dyn Iterator<Item = Result<SessionEvent, Error>> + Send>;
 
 /// The event journal: cheap to clone, one per data directory (or database) per process.
 #[derive(Clone)]
@@ -169,6 +172,15 @@ impl Journal {
         match &self.backend {
             Backend::Sled(sled) => Box::new(sled.read_session(session_id, from)),
             Backend::Postgres(pg) => Box::new(pg.read_session(session_id, from)),
+        }
+    }
+
+    /// One session's events from `from` on, in order, without the records' hashes
+    /// (what a stream of a run's events reads; see [`SessionEvent`]).
+    pub fn read_session_events(&self, session_id: &SessionId, from: Seq) -> SessionEvents {
+        match &self.backend {
+            Backend::Sled(sled) => Box::new(sled.read_session_events(session_id, from)),
+            Backend::Postgres(pg) => Box::new(pg.read_session_events(session_id, from)),
         }
     }
 

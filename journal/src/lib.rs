@@ -25,11 +25,11 @@ pub mod verify;
 pub use codec::{FORMAT_VERSION, Hash, RecordBody};
 pub use event::{Event, RunEvent, ToolCall, Warning};
 pub use ids::{EventIndex, IdError, JournalPos, RunId, Seq, SessionId};
-pub use journal::{AppendResult, Journal, QueuedAppend, Records};
+pub use journal::{AppendResult, Journal, QueuedAppend, Records, SessionEvents};
 pub use postgres::{Command, Lease, PostgresOptions};
 pub use store::{
     AgentRun, AppendQueueFull, Conflict, Expected, IndexedStatus, JournalOptions, Recorded,
-    SYNC_BUCKETS_US, SessionEntry, StatsSnapshot,
+    SYNC_BUCKETS_US, SessionEntry, SessionEvent, StatsSnapshot,
 };
 pub use subscription::Subscription;
 pub use verify::{Corruption, VerifyReport};

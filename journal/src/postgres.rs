@@ -40,8 +40,8 @@ use crate::ids::{JournalPos, RunId, Seq, SessionId};
 use crate::journal::AppendResult;
 use crate::limits;
 use crate::store::{
-    AgentRun, AppendQueueFull, Conflict, Expected, IndexedStatus, JournalOptions, JournalStats,
-    Recorded, SessionEntry, StatsSnapshot,
+    AgentRun, AppendQueueFull, Conflict, Expected, Hashing, IndexedStatus, JournalOptions,
+    JournalStats, Recorded, SessionEntry, SessionEvent, StatsSnapshot,
 };
 use crate::verify::{Corruption, VerifyReport};
 
@@ -435,7 +435,9 @@ impl PgJournal {
                 Some(row) => {
                     let bytes: Vec<u8> = row.get(0);
                     stats.records_read.fetch_add(1, Ordering::Relaxed);
-                    decode(&client, &bytes, pos).await.map(Some)
+                    decode(&client, &bytes, pos, Hashing::Compute)
+                        .await
+                        .map(Some)
                 }
             }
         })
@@ -445,6 +447,24 @@ impl PgJournal {
         &self,
         session_id: &SessionId,
         from: Seq,
+    ) -> impl Iterator<Item = Result<Recorded, Error>> + Send + use<> {
+        self.read_session_hashing(session_id, from, Hashing::Compute)
+    }
+
+    pub(crate) fn read_session_events(
+        &self,
+        session_id: &SessionId,
+        from: Seq,
+    ) -> impl Iterator<Item = Result<SessionEvent, Error>> + Send + use<> {
+        self.read_session_hashing(session_id, from, Hashing::Skip)
+            .map(|record| record.map(SessionEvent::from))
+    }
+
+    fn read_session_hashing(
+        &self,
+        session_id: &SessionId,
+        from: Seq,
+        hashing: Hashing,
     ) -> impl Iterator<Item = Result<Recorded, Error>> + Send + use<> {
         let this = self.clone();
         let session = session_id.as_str().to_owned();
@@ -469,7 +489,7 @@ impl PgJournal {
                     let pos: i64 = row.get(1);
                     let bytes: Vec<u8> = row.get(2);
                     next = seq as u64 + 1;
-                    page.push(decode(&client, &bytes, JournalPos(pos as u64)).await);
+                    page.push(decode(&client, &bytes, JournalPos(pos as u64), hashing).await);
                 }
                 stats
                     .records_read
@@ -507,7 +527,9 @@ impl PgJournal {
                     let pos: i64 = row.get(0);
                     let bytes: Vec<u8> = row.get(1);
                     next = pos as u64 + 1;
-                    page.push(decode(&client, &bytes, JournalPos(pos as u64)).await);
+                    page.push(
+                        decode(&client, &bytes, JournalPos(pos as u64), Hashing::Compute).await,
+                    );
                 }
                 stats
                     .records_read
@@ -1250,8 +1272,9 @@ async fn decode(
     client: &deadpool_postgres::Client,
     bytes: &[u8],
     pos: JournalPos,
+    hashing: Hashing,
 ) -> Result<Recorded, Error> {
-    let mut record = Recorded::from_bytes(bytes, pos).map_err(|error| Error::Corrupt {
+    let mut record = Recorded::decode(bytes, pos, hashing).map_err(|error| Error::Corrupt {
         pos,
         reason: error.to_string(),
     })?;
@@ -1754,7 +1777,7 @@ async fn follow_once(inner: &Inner, pool: &Pool, cursor: &mut Option<u64>) -> Re
         for row in rows {
             let pos = row.get::<_, i64>(0) as u64;
             let bytes: Vec<u8> = row.get(1);
-            let record = decode(&client, &bytes, JournalPos(pos)).await?;
+            let record = decode(&client, &bytes, JournalPos(pos), Hashing::Compute).await?;
             at = pos + 1;
             inner.next_pos.fetch_max(at, Ordering::SeqCst);
             let _ = inner.live.send(Arc::new(record));

@@ -61,11 +61,47 @@ pub struct Recorded {
     pub event: Event,
 }
 
+/// A session's record as a reader of its events needs it: where in the stream, when,
+/// and what happened. Not the record's hash, which verification, export and appends
+/// use and a stream of events does not: hashing every record was a fifth of the work
+/// of reading a finished run's events back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionEvent {
+    /// Position in the session's stream.
+    pub seq: Seq,
+    /// Commit time, microseconds since the Unix epoch.
+    pub ts_us: i64,
+    /// The event.
+    pub event: Event,
+}
+
+/// Whether a read computes each record's hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hashing {
+    /// It does: the reader gets [`Recorded`]s.
+    Compute,
+    /// It does not: the reader gets [`SessionEvent`]s, and the `hash` of the records
+    /// it decodes on the way (all zeros) never leaves this crate.
+    Skip,
+}
+
+impl From<Recorded> for SessionEvent {
+    fn from(record: Recorded) -> Self {
+        SessionEvent {
+            seq: record.seq,
+            ts_us: record.ts_us,
+            event: record.event,
+        }
+    }
+}
+
 impl Recorded {
-    /// Decodes a record's bytes found at global position `pos`.
-    pub(crate) fn from_bytes(
+    /// Decodes a record's bytes found at global position `pos`, its hash computed or
+    /// not (see [`Hashing`]).
+    pub(crate) fn decode(
         bytes: &[u8],
         pos: JournalPos,
+        hashing: Hashing,
     ) -> Result<Recorded, codec::DecodeError> {
         let body = codec::decode(bytes)?;
         Ok(Recorded {
@@ -74,7 +110,10 @@ impl Recorded {
             seq: body.seq,
             ts_us: body.ts_us,
             prev_hash: body.prev_hash,
-            hash: codec::hash(bytes),
+            hash: match hashing {
+                Hashing::Compute => codec::hash(bytes),
+                Hashing::Skip => [0; 32],
+            },
             size_bytes: bytes.len(),
             event: body.event,
         })
@@ -965,7 +1004,7 @@ impl SledJournal {
         match segment_at(&self.inner.tree, pos)? {
             None => Ok(None),
             Some((first_pos, segment)) => {
-                record_in(&self.inner.tree, &segment, first_pos, pos).map(Some)
+                record_in(&self.inner.tree, &segment, first_pos, pos, Hashing::Compute).map(Some)
             }
         }
     }
@@ -975,6 +1014,25 @@ impl SledJournal {
         &self,
         session_id: &SessionId,
         from: Seq,
+    ) -> impl Iterator<Item = Result<Recorded, Error>> + use<> {
+        self.read_session_hashing(session_id, from, Hashing::Compute)
+    }
+
+    /// One session's events from `from` on, in order, without their hashes.
+    pub fn read_session_events(
+        &self,
+        session_id: &SessionId,
+        from: Seq,
+    ) -> impl Iterator<Item = Result<SessionEvent, Error>> + use<> {
+        self.read_session_hashing(session_id, from, Hashing::Skip)
+            .map(|record| record.map(SessionEvent::from))
+    }
+
+    fn read_session_hashing(
+        &self,
+        session_id: &SessionId,
+        from: Seq,
+        hashing: Hashing,
     ) -> impl Iterator<Item = Result<Recorded, Error>> + use<> {
         // Records applied but not yet synced are not shown: nobody sees an event
         // before it is durable.
@@ -995,6 +1053,7 @@ impl SledJournal {
             durable,
             failed,
             done: false,
+            hashing,
         }
     }
 
@@ -1260,6 +1319,7 @@ fn record_in(
     segment: &Segment<sled::IVec>,
     first_pos: JournalPos,
     pos: JournalPos,
+    hashing: Hashing,
 ) -> Result<Recorded, Error> {
     let bytes = pos
         .0
@@ -1269,7 +1329,7 @@ fn record_in(
             pos,
             reason: format!("record missing from the segment at {first_pos}"),
         })?;
-    decode_record(tree, bytes, pos)
+    decode_record(tree, bytes, pos, hashing)
 }
 
 /// The runs of a session's records that end past `from`, in sequence order: the
@@ -1367,8 +1427,13 @@ fn rebuild_tail(tree: &sled::Tree) -> Result<Tail, Error> {
 }
 
 /// Decodes the record stored at global position `pos`.
-fn decode_record(tree: &sled::Tree, bytes: &[u8], pos: JournalPos) -> Result<Recorded, Error> {
-    let mut record = Recorded::from_bytes(bytes, pos).map_err(|error| Error::Corrupt {
+fn decode_record(
+    tree: &sled::Tree,
+    bytes: &[u8],
+    pos: JournalPos,
+    hashing: Hashing,
+) -> Result<Recorded, Error> {
+    let mut record = Recorded::decode(bytes, pos, hashing).map_err(|error| Error::Corrupt {
         pos,
         reason: error.to_string(),
     })?;
@@ -1402,6 +1467,7 @@ struct SessionReader {
     durable: JournalPos,
     failed: Option<Error>,
     done: bool,
+    hashing: Hashing,
 }
 
 impl SessionReader {
@@ -1422,7 +1488,7 @@ impl SessionReader {
                 ),
             });
         };
-        let record = record_in(&self.tree, segment, *first_pos, pos)?;
+        let record = record_in(&self.tree, segment, *first_pos, pos, self.hashing)?;
         if record.session_id != self.session_id || record.seq != seq {
             return Err(Error::Corrupt {
                 pos,
@@ -1499,7 +1565,7 @@ impl Iterator for LogReader {
                     if pos >= self.durable {
                         return None;
                     }
-                    let record = record_in(&self.tree, segment, *first_pos, pos);
+                    let record = record_in(&self.tree, segment, *first_pos, pos, Hashing::Compute);
                     self.stats.records_read.fetch_add(1, Ordering::Relaxed);
                     self.failed = record.is_err();
                     return Some(record);

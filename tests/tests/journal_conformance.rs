@@ -62,6 +62,7 @@ conformance!(
     verify_is_clean_and_counts,
     an_export_checks_and_imports_into_sled_with_every_link,
     an_event_stored_apart_reads_back_whole,
+    a_sessions_events_are_its_records_without_hashes,
     concurrent_appenders_lose_nothing_and_repeat_nothing,
     a_reopened_journal_continues_where_it_was,
 );
@@ -419,6 +420,34 @@ fn an_event_stored_apart_reads_back_whole(place: Place) {
     }
     assert!(read[0].size_bytes > 300_000);
     journal.verify(|_| ()).unwrap().unwrap();
+}
+
+/// What a stream of run events reads (no hashes) is what a full read gives, from any
+/// sequence, an event stored apart included.
+fn a_sessions_events_are_its_records_without_hashes(place: Place) {
+    let journal = place.open();
+    let a = session("a");
+    append(&journal, &a, vec![created("agent"), queued("r1", "agent")]);
+    append(&journal, &session("b"), vec![line("elsewhere")]);
+    append(&journal, &a, vec![line(&"y".repeat(300_000)), completed("r1")]);
+    for from in 0..5 {
+        let full: Vec<_> = journal
+            .read_session(&a, Seq(from))
+            .map(|record| {
+                let record = record.unwrap();
+                (record.seq, record.ts_us, record.event)
+            })
+            .collect();
+        let events: Vec<_> = journal
+            .read_session_events(&a, Seq(from))
+            .map(|event| {
+                let event = event.unwrap();
+                (event.seq, event.ts_us, event.event)
+            })
+            .collect();
+        assert_eq!(events, full, "from {from}");
+        assert_eq!(events.len(), 4usize.saturating_sub(from as usize));
+    }
 }
 
 fn concurrent_appenders_lose_nothing_and_repeat_nothing(place: Place) {
