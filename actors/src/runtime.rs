@@ -599,19 +599,31 @@ impl Runtime {
         run_id: &RunId,
         after: Option<EventIndex>,
     ) -> Result<Option<RunEvents>, RuntimeError> {
-        let live = self.inner.shared.live_run(run_id);
-        let Some(view) = self.run_head(run_id)? else {
+        let Some(head) = self.run_head(run_id)? else {
             return Ok(None);
         };
+        Ok(Some(self.run_events_of(&head, after)))
+    }
+
+    /// [`Runtime::run_events`] of a run whose head the caller has read already (a
+    /// route that checked the run), so the head is not read twice.
+    pub fn run_events_of(
+        &self,
+        head: &turnstile_projections::RunHead,
+        after: Option<EventIndex>,
+    ) -> RunEvents {
+        // Subscribed before the journal is read: an event journaled meanwhile is in one
+        // or the other, and the stream delivers each index once.
+        let live = self.inner.shared.live_run(&head.run_id);
         let from = after.map(EventIndex::next).unwrap_or_default();
-        Ok(Some(RunEvents::new(
+        RunEvents::new(
             self.journal().clone(),
-            view.session_id,
-            view.run_id,
-            view.queued_seq,
+            head.session_id.clone(),
+            head.run_id.clone(),
+            head.queued_seq,
             live,
             from,
-        )))
+        )
     }
 
     /// Asks the run's session to cancel it; `true` when a run in flight was signalled.

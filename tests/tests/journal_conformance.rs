@@ -429,7 +429,11 @@ fn a_sessions_events_are_its_records_without_hashes(place: Place) {
     let a = session("a");
     append(&journal, &a, vec![created("agent"), queued("r1", "agent")]);
     append(&journal, &session("b"), vec![line("elsewhere")]);
-    append(&journal, &a, vec![line(&"y".repeat(300_000)), completed("r1")]);
+    append(
+        &journal,
+        &a,
+        vec![line(&"y".repeat(300_000)), completed("r1")],
+    );
     for from in 0..5 {
         let full: Vec<_> = journal
             .read_session(&a, Seq(from))

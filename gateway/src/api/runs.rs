@@ -14,7 +14,7 @@ use turnstile_journal::limits::{
     IDEMPOTENCY_KEY_BYTES_MAX, MESSAGE_BYTES_MAX, OUTPUT_SCHEMA_BYTES_MAX, USER_ID_BYTES_MAX,
 };
 use turnstile_journal::{EventIndex, RunId, SessionId};
-use turnstile_projections::{RunStatus, RunView};
+use turnstile_projections::{RunHead, RunStatus, RunView};
 use utoipa::IntoParams;
 
 use super::{
@@ -52,13 +52,12 @@ pub(super) async fn run_json(
         session_id: run.session_id.to_string(),
     };
     let mut stored = Vec::new();
-    if let Some(mut events) = state.runtime.run_events(&run.run_id, None)? {
-        while let Some(event) = events.next().await {
-            let event = event?;
-            let (event_type, data) = events::render(&event, &who);
-            if !skip.iter().any(|skipped| skipped == event_type) {
-                stored.push(data);
-            }
+    let mut events = state.runtime.run_events_of(&RunHead::of(run), None);
+    while let Some(event) = events.next().await {
+        let event = event?;
+        let (event_type, data) = events::render(&event, &who);
+        if !skip.iter().any(|skipped| skipped == event_type) {
+            stored.push(data);
         }
     }
     output.events = Some(stored);
@@ -402,10 +401,7 @@ pub(super) async fn resume_run(
     if view.agent_id != agent.id || wrong_session {
         return Err(not_found());
     }
-    let events = state
-        .runtime
-        .run_events(&parsed, last_event_index)?
-        .ok_or_else(not_found)?;
+    let events = state.runtime.run_events_of(&view, last_event_index);
     let requested = last_event_index
         .map(|index| json!(index.0))
         .unwrap_or(json!(null));
