@@ -136,6 +136,15 @@ fn fold_and_store(journal: &Journal, session_id: &SessionId) -> Result<SessionSt
 /// A run's view: its stored form when it has ended, else from its session's state.
 /// `None` for an unknown run, or one of a deleted session.
 pub(crate) fn run_view(journal: &Journal, run_id: &RunId) -> Result<Option<RunView>, RuntimeError> {
+    // An ended run's stored form is final: its session (named in it) need only confirm
+    // that it still exists and owns the run, without the run index's lookup. The newest
+    // run of a long session then costs a few keys however big the journal has grown.
+    if let Some(stored) = stored_run(journal, run_id)?
+        && stored.run.status.is_terminal()
+    {
+        let state = load_session(journal, &stored.session_id)?;
+        return Ok((state.exists() && state.owns(&stored.run)).then_some(stored.run));
+    }
     let Some(state) = state_of_run(journal, run_id)? else {
         return Ok(None);
     };

@@ -1343,13 +1343,29 @@ fn session_runs(
     from: Seq,
 ) -> Result<Vec<Run>, Error> {
     let ends_past_from = |run: &Run| run.first_seq.0 + u64::from(run.count) > from.0;
-    let mut runs: Vec<Run> = tail
-        .read()
-        .map_err(|_| Error::Stopped)?
-        .runs
-        .get(session_id)
-        .map(|runs| runs.iter().copied().filter(ends_past_from).collect())
-        .unwrap_or_default();
+    let (mut runs, tail_covers_from) = {
+        let tail = tail.read().map_err(|_| Error::Stopped)?;
+        let in_tail = tail
+            .runs
+            .get(session_id)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        (
+            in_tail
+                .iter()
+                .copied()
+                .filter(ends_past_from)
+                .collect::<Vec<Run>>(),
+            in_tail.first().is_some_and(|run| run.first_seq <= from),
+        )
+    };
+    // The tail holds a session's newest runs (it is emptied whole once the index has
+    // them, and appends go on into it): when its first one starts at or before `from`,
+    // every run the index holds ends before it, and the index need not be read. A
+    // read from a session's end, the common one, then costs no index lookup.
+    if tail_covers_from {
+        return Ok(runs);
+    }
     let prefix = index_prefix(session_id);
     let start = match tree
         .range(prefix.clone()..=index_key(session_id, from))
