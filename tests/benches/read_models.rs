@@ -5,7 +5,9 @@
 //!   each turn), in process
 //!   (embedding API) and over HTTP (the release binary);
 //! - `GET /agents/{id}/runs/{run_id}`, `GET /sessions/{id}`, a `GET /sessions` page and
-//!   `GET /metrics` with 100,000 sessions against 100 sessions;
+//!   `GET /metrics` with 100,000 sessions against 100 sessions: side by side (a second
+//!   server with 100 sessions, read in turn with the big one) and one after the other
+//!   (the big server before it grew);
 //! - re-attaching to a finished run of 10,005 events: request to last frame.
 //!
 //! `cargo bench -p turnstile-tests --bench read_models` (builds the release binary
@@ -66,7 +68,7 @@ impl Windows {
             lt.as_secs_f64() / et.as_secs_f64()
         );
         println!(
-            "| {path} | read of the newest run | {:.3} ms | {:.3} ms | {:.2} |",
+            "| {path} | read of the newest run | {:.4} ms | {:.4} ms | {:.2} |",
             ms(er),
             ms(lr),
             lr.as_secs_f64() / er.as_secs_f64()
@@ -74,7 +76,7 @@ impl Windows {
         if !self.early_control.is_empty() {
             let (ec, lc) = (median(self.early_control), median(self.late_control));
             println!(
-                "| {path} | read of a one-turn session's run, at the same moments (control) | {:.3} ms | {:.3} ms | {:.2} |",
+                "| {path} | read of a one-turn session's run, at the same moments (control) | {:.4} ms | {:.4} ms | {:.2} |",
                 ms(ec),
                 ms(lc),
                 lc.as_secs_f64() / ec.as_secs_f64()
@@ -93,6 +95,16 @@ async fn long_session_in_process(turns: usize) -> Windows {
     config.arbiters = 2;
     let runtime = Runtime::open(config).unwrap();
     let mut windows = Windows::default();
+    // The control: a one-turn session's run, read at the same moments.
+    let control = runtime
+        .start_run(start_command("short", "hello", Multitask::Reject))
+        .await
+        .unwrap()
+        .unwrap()
+        .outcome()
+        .await
+        .unwrap()
+        .run_id;
     for turn in 1..=turns {
         let started = Instant::now();
         let view = runtime
@@ -104,15 +116,26 @@ async fn long_session_in_process(turns: usize) -> Windows {
             .await
             .unwrap();
         let took = started.elapsed();
-        // Five reads of the newest run; each is a sample.
+        // Five reads of the newest run, each followed by one of the control; each is a
+        // sample.
         let mut reads = Vec::with_capacity(READS_PER_TURN);
+        let mut controls = Vec::with_capacity(READS_PER_TURN);
         for _ in 0..READS_PER_TURN {
             let started = Instant::now();
             let read = runtime.run_view(&view.run_id).unwrap().unwrap();
             reads.push(started.elapsed());
             assert_eq!(read.run_id, view.run_id);
+            let started = Instant::now();
+            let read = runtime.run_view(&control).unwrap().unwrap();
+            controls.push(started.elapsed());
+            assert_eq!(read.run_id, control);
         }
         windows.record(turn, turns, took, &reads);
+        if (1..=200).contains(&turn) {
+            windows.early_control.extend(controls);
+        } else if turn + 200 >= turns {
+            windows.late_control.extend(controls);
+        }
     }
     runtime.shutdown().await.unwrap();
     windows
@@ -225,8 +248,8 @@ async fn get_median(
     median(times)
 }
 
-async fn reads_at(server: &Server, run_id: &str) -> [Duration; 4] {
-    let client = reqwest::Client::new();
+/// The four reads of the table, for a server and one of its runs.
+async fn read_paths(client: &reqwest::Client, server: &Server, run_id: &str) -> [String; 4] {
     let run: Value = client
         .get(server.url(&format!("/agents/scripted/runs/{run_id}")))
         .send()
@@ -237,17 +260,43 @@ async fn reads_at(server: &Server, run_id: &str) -> [Duration; 4] {
         .unwrap();
     let session_id = run["session_id"].as_str().unwrap().to_owned();
     [
-        get_median(
-            &client,
-            server,
-            &format!("/agents/scripted/runs/{run_id}"),
-            300,
-        )
-        .await,
-        get_median(&client, server, &format!("/sessions/{session_id}"), 300).await,
-        get_median(&client, server, "/sessions?limit=20&page=1", 300).await,
-        get_median(&client, server, "/metrics", 300).await,
+        format!("/agents/scripted/runs/{run_id}"),
+        format!("/sessions/{session_id}"),
+        "/sessions?limit=20&page=1".to_owned(),
+        "/metrics".to_owned(),
     ]
+}
+
+async fn reads_at(server: &Server, run_id: &str) -> [Duration; 4] {
+    let client = reqwest::Client::new();
+    let paths = read_paths(&client, server, run_id).await;
+    let mut medians = [Duration::ZERO; 4];
+    for (median, path) in medians.iter_mut().zip(&paths) {
+        *median = get_median(&client, server, path, 300).await;
+    }
+    medians
+}
+
+/// The same reads on two servers, one request to each in turn (300 each): a ratio of
+/// their medians is measured at the same moments, so a shared machine's drift between
+/// two measurements does not enter it.
+async fn reads_alternately(
+    (few, few_run): (&Server, &str),
+    (lots, lots_run): (&Server, &str),
+) -> [(Duration, Duration); 4] {
+    let client = reqwest::Client::new();
+    let few_paths = read_paths(&client, few, few_run).await;
+    let lots_paths = read_paths(&client, lots, lots_run).await;
+    let mut medians = [(Duration::ZERO, Duration::ZERO); 4];
+    for (index, pair) in medians.iter_mut().enumerate() {
+        let (mut a, mut b) = (Vec::with_capacity(300), Vec::with_capacity(300));
+        for _ in 0..300 {
+            a.push(get_timed(&client, few, &few_paths[index]).await);
+            b.push(get_timed(&client, lots, &lots_paths[index]).await);
+        }
+        *pair = (median(a), median(b));
+    }
+    medians
 }
 
 fn server(dir: &std::path::Path) -> Server {
@@ -282,17 +331,25 @@ async fn main() {
     let server = server(dir.path());
     let few_run = create_sessions(&server, 100).await;
     let few = reads_at(&server, &few_run).await;
+    // A second server keeps 100 sessions, for reads side by side with the big one.
+    let control_dir = tempfile::tempdir().unwrap();
+    let control = self::server(control_dir.path());
+    let control_run = create_sessions(&control, 100).await;
     let started = Instant::now();
     let many_run = create_sessions(&server, many - 100).await;
     let created = started.elapsed();
     let lots = reads_at(&server, &many_run).await;
+    let side_by_side = reads_alternately((&control, &control_run), (&server, &many_run)).await;
+    control.terminate();
     println!(
-        "({} sessions created in {:.0} s)\n",
+        "({} sessions created in {:.0} s. Side by side: a second server with 100 sessions and this one, one request to each in turn; one after the other: this server before and after it grew)\n",
         many - 100,
         created.as_secs_f64()
     );
-    println!("| request | 100 sessions | {many} sessions | ratio |");
-    println!("|---|---:|---:|---:|");
+    println!(
+        "| request | side by side: 100 sessions | {many} sessions | ratio | one after the other: 100 sessions | {many} sessions | ratio |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for (index, name) in [
         "`GET /agents/{id}/runs/{run_id}`",
         "`GET /sessions/{id}`",
@@ -302,8 +359,12 @@ async fn main() {
     .iter()
     .enumerate()
     {
+        let (a, b) = side_by_side[index];
         println!(
-            "| {name} | {:.3} ms | {:.3} ms | {:.2} |",
+            "| {name} | {:.3} ms | {:.3} ms | {:.2} | {:.3} ms | {:.3} ms | {:.2} |",
+            ms(a),
+            ms(b),
+            b.as_secs_f64() / a.as_secs_f64(),
             ms(few[index]),
             ms(lots[index]),
             lots[index].as_secs_f64() / few[index].as_secs_f64()
