@@ -126,16 +126,21 @@ fn respond(
             }
         };
         let mut chunk = Vec::new();
-        if matches!(first, Frame::Event(_)) {
-            chunk.reserve(CHUNK_BYTES + CHUNK_BYTES / 8);
-        }
         pump.write(first, &mut chunk);
         for _ in 1..FRAMES_PER_WRITE_MAX {
             if chunk.len() >= CHUNK_BYTES {
                 break;
             }
             match pump.frames.next().now_or_never() {
-                Some(Some(frame)) => pump.write(frame, &mut chunk),
+                Some(Some(frame)) => {
+                    // More frames are ready (a replay, a burst): room for a whole write
+                    // at once, not a buffer doubled frame after frame. A live stream's
+                    // lone frame keeps a buffer of its own size.
+                    if chunk.capacity() < CHUNK_BYTES {
+                        chunk.reserve(CHUNK_BYTES + CHUNK_BYTES / 8 - chunk.len());
+                    }
+                    pump.write(frame, &mut chunk);
+                }
                 Some(None) => {
                     pump.done = true;
                     break;
