@@ -2,7 +2,7 @@
 //! (`RunStarted`, `RunContent`, `ToolCallStarted`, `ToolCallCompleted`, `CustomEvent`,
 //! `RunCompleted`, `RunError`, `RunCancelled`). Only the gateway knows this JSON.
 //!
-//! Each event is one [`Object`]: written straight to text for a stream (no
+//! Each event is one `Object`: written straight to text for a stream (no
 //! `serde_json::Value` built per event), or made a `Value` where an answer embeds it.
 //! Both print the same bytes, keys sorted as serde_json's own map sorts them.
 
