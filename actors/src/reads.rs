@@ -167,19 +167,21 @@ fn state_of_run(journal: &Journal, run_id: &RunId) -> Result<Option<SessionState
 /// without building its tool calls and content (a finished run of 5,000 tool calls
 /// costs what its head costs, not a parse of the whole run).
 pub(crate) fn run_head(journal: &Journal, run_id: &RunId) -> Result<Option<RunHead>, RuntimeError> {
+    // As in `run_view`: an ended run's stored head, confirmed by its session's.
+    if let Some(stored) = stored::<StoredRunHead>(journal, &run_key(run_id))?
+        && stored.run.status.is_terminal()
+    {
+        let state = load_session(journal, &stored.run.session_id)?;
+        return Ok((state.exists() && state.owns_head(&stored.run)).then_some(stored.run));
+    }
     let Some(state) = state_of_run(journal, run_id)? else {
         return Ok(None);
     };
     if let Some(run) = state.run(run_id) {
         return Ok(Some(RunHead::of(run)));
     }
-    match stored::<StoredRunHead>(journal, &run_key(run_id))? {
-        Some(stored) if stored.run.status.is_terminal() => {
-            Ok(Some(stored.run).filter(|run| state.owns_head(run)))
-        }
-        // Missing or stale: the whole read repairs it.
-        _ => Ok(ended_run(journal, &state, run_id)?.map(|run| RunHead::of(&run))),
-    }
+    // Missing or stale: the whole read repairs it.
+    Ok(ended_run(journal, &state, run_id)?.map(|run| RunHead::of(&run)))
 }
 
 /// A run the state does not hold (it ended before the state's stored form).

@@ -15,7 +15,7 @@ use crate::event::Event;
 use crate::ids::{JournalPos, RunId, Seq, SessionId};
 use crate::postgres::{Command, Lease, PgJournal, PostgresOptions};
 use crate::store::{
-    AgentRun, AppendQueueFull, Conflict, Expected, JournalOptions, Recorded, SessionEntry,
+    AgentRun, AppendQueueFull, Conflict, Expected, Hashing, JournalOptions, Recorded, SessionEntry,
     SessionEvent, SledJournal, StatsSnapshot,
 };
 use crate::subscription::Subscription;
@@ -169,18 +169,22 @@ impl Journal {
 
     /// One session's stream from `from` on, in order.
     pub fn read_session(&self, session_id: &SessionId, from: Seq) -> Records {
-        match &self.backend {
-            Backend::Sled(sled) => Box::new(sled.read_session(session_id, from)),
-            Backend::Postgres(pg) => Box::new(pg.read_session(session_id, from)),
-        }
+        self.session_records(session_id, from, Hashing::Compute)
     }
 
     /// One session's events from `from` on, in order, without the records' hashes
     /// (what a stream of a run's events reads; see [`SessionEvent`]).
     pub fn read_session_events(&self, session_id: &SessionId, from: Seq) -> SessionEvents {
+        Box::new(
+            self.session_records(session_id, from, Hashing::Skip)
+                .map(|record| record.map(SessionEvent::from)),
+        )
+    }
+
+    fn session_records(&self, session_id: &SessionId, from: Seq, hashing: Hashing) -> Records {
         match &self.backend {
-            Backend::Sled(sled) => Box::new(sled.read_session_events(session_id, from)),
-            Backend::Postgres(pg) => Box::new(pg.read_session_events(session_id, from)),
+            Backend::Sled(sled) => Box::new(sled.read_session(session_id, from, hashing)),
+            Backend::Postgres(pg) => Box::new(pg.read_session(session_id, from, hashing)),
         }
     }
 

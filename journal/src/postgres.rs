@@ -41,7 +41,7 @@ use crate::journal::AppendResult;
 use crate::limits;
 use crate::store::{
     AgentRun, AppendQueueFull, Conflict, Expected, Hashing, IndexedStatus, JournalOptions,
-    JournalStats, Recorded, SessionEntry, SessionEvent, StatsSnapshot,
+    JournalStats, Recorded, SessionEntry, StatsSnapshot,
 };
 use crate::verify::{Corruption, VerifyReport};
 
@@ -444,23 +444,6 @@ impl PgJournal {
     }
 
     pub(crate) fn read_session(
-        &self,
-        session_id: &SessionId,
-        from: Seq,
-    ) -> impl Iterator<Item = Result<Recorded, Error>> + Send + use<> {
-        self.read_session_hashing(session_id, from, Hashing::Compute)
-    }
-
-    pub(crate) fn read_session_events(
-        &self,
-        session_id: &SessionId,
-        from: Seq,
-    ) -> impl Iterator<Item = Result<SessionEvent, Error>> + Send + use<> {
-        self.read_session_hashing(session_id, from, Hashing::Skip)
-            .map(|record| record.map(SessionEvent::from))
-    }
-
-    fn read_session_hashing(
         &self,
         session_id: &SessionId,
         from: Seq,

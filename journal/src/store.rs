@@ -80,8 +80,9 @@ pub struct SessionEvent {
 pub(crate) enum Hashing {
     /// It does: the reader gets [`Recorded`]s.
     Compute,
-    /// It does not: the reader gets [`SessionEvent`]s, and the `hash` of the records
-    /// it decodes on the way (all zeros) never leaves this crate.
+    /// It does not, for readers that drop it (a stream's [`SessionEvent`]s, a count of
+    /// a stream's sequences): the `hash` of the records decoded this way (all zeros)
+    /// never leaves this crate.
     Skip,
 }
 
@@ -1009,26 +1010,9 @@ impl SledJournal {
         }
     }
 
-    /// One session's stream from `from` on, in order.
-    pub fn read_session(
-        &self,
-        session_id: &SessionId,
-        from: Seq,
-    ) -> impl Iterator<Item = Result<Recorded, Error>> + use<> {
-        self.read_session_hashing(session_id, from, Hashing::Compute)
-    }
-
-    /// One session's events from `from` on, in order, without their hashes.
-    pub fn read_session_events(
-        &self,
-        session_id: &SessionId,
-        from: Seq,
-    ) -> impl Iterator<Item = Result<SessionEvent, Error>> + use<> {
-        self.read_session_hashing(session_id, from, Hashing::Skip)
-            .map(|record| record.map(SessionEvent::from))
-    }
-
-    fn read_session_hashing(
+    /// One session's stream from `from` on, in order, each record's hash computed or
+    /// not.
+    pub(crate) fn read_session(
         &self,
         session_id: &SessionId,
         from: Seq,
@@ -1097,7 +1081,7 @@ impl SledJournal {
         }
         // Racing an append in flight (rare): read the durable stream.
         Ok(self
-            .read_session(session_id, Seq(0))
+            .read_session(session_id, Seq(0), Hashing::Skip)
             .last()
             .transpose()?
             .map(|record| record.seq.next())

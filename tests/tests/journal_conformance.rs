@@ -10,7 +10,7 @@ use std::sync::Arc;
 use turnstile_journal::portable::{ExportedRecord, check_export, import};
 use turnstile_journal::{
     Event, Expected, IndexedStatus, Journal, JournalOptions, JournalPos, Lease, PostgresOptions,
-    RunId, Seq, SessionId,
+    RunId, Seq, SessionEvent, SessionId,
 };
 
 /// Where a journal under test lives; opening it again reaches the same journal.
@@ -435,19 +435,13 @@ fn a_sessions_events_are_its_records_without_hashes(place: Place) {
         vec![line(&"y".repeat(300_000)), completed("r1")],
     );
     for from in 0..5 {
-        let full: Vec<_> = journal
+        let full: Vec<SessionEvent> = journal
             .read_session(&a, Seq(from))
-            .map(|record| {
-                let record = record.unwrap();
-                (record.seq, record.ts_us, record.event)
-            })
+            .map(|record| SessionEvent::from(record.unwrap()))
             .collect();
-        let events: Vec<_> = journal
+        let events: Vec<SessionEvent> = journal
             .read_session_events(&a, Seq(from))
-            .map(|event| {
-                let event = event.unwrap();
-                (event.seq, event.ts_us, event.event)
-            })
+            .map(Result::unwrap)
             .collect();
         assert_eq!(events, full, "from {from}");
         assert_eq!(events.len(), 4usize.saturating_sub(from as usize));
