@@ -243,6 +243,21 @@ pub enum Refused {
     /// The runtime is shutting down.
     #[error("turnstile is shutting down")]
     ShuttingDown,
+    /// An event of the request is larger than the journal takes (`max_event_bytes`):
+    /// nothing of the request was recorded.
+    #[error(
+        "The {field} is too large to journal: its event ({kind}) is {bytes} bytes, over server.max_event_bytes ({limit}). Nothing was recorded."
+    )]
+    EventTooLarge {
+        /// The request's field that holds it (`message`, `files`, …).
+        field: &'static str,
+        /// The journal event it would have been.
+        kind: &'static str,
+        /// Its encoded size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
 }
 
 /// A fault of the runtime (not the caller's doing).

@@ -108,7 +108,15 @@ pub(crate) struct Finished {
     pub terminal: Vec<Event>,
     /// The worker slot, released once the terminal events are journaled.
     pub slot: tokio::sync::OwnedSemaphorePermit,
+    /// An append of the task failed: what the journal took of it is not known here, so
+    /// the session's state is read again from the journal (crash-only).
+    pub journal_failed: bool,
 }
+
+/// Where a run task shows its session actor each batch it journaled, as soon as it is
+/// durable, so the actor's state follows the journal in order (it never holds a record
+/// after one it has not seen).
+pub(crate) type AppendedSink = Box<dyn Fn(Vec<Arc<Recorded>>) + Send + Sync>;
 
 /// How a run retries failed attempts (agno's `retries`, `delay_between_retries`,
 /// `exponential_backoff`; defaults 0, 1 s, false).
@@ -173,6 +181,10 @@ pub(crate) struct RunTask {
     /// fork), journaled with the first events of the turn; and a finished turn's last
     /// events, journaled with its end.
     pub start_events: Vec<Event>,
+    /// Each durable batch goes here too.
+    pub appended: AppendedSink,
+    /// An append failed (see [`Finished::journal_failed`]).
+    pub journal_failed: bool,
 }
 
 enum AttemptEnd {
@@ -196,6 +208,7 @@ impl RunTask {
                 records,
                 terminal,
                 slot: self.slot,
+                journal_failed: self.journal_failed,
             };
         }
         let mut first_failure: Option<String> = None;
@@ -281,6 +294,17 @@ impl RunTask {
             }
             self.request.attempt += 1;
         };
+        if self.journal_failed {
+            // Crash-only: the session actor reads the run back from the journal and
+            // resolves it as after a crash (a new attempt, or its end).
+            return Finished {
+                run_id: self.identity.run_id.clone(),
+                records,
+                terminal: Vec::new(),
+                slot: self.slot,
+                journal_failed: true,
+            };
+        }
         // Whatever is still held (a turn that failed at once, or a finished turn's last
         // events) goes with the end.
         let terminal = if self.start_events.is_empty() {
@@ -295,6 +319,7 @@ impl RunTask {
             records,
             terminal,
             slot: self.slot,
+            journal_failed: self.journal_failed,
         }
     }
 
@@ -562,11 +587,19 @@ impl RunTask {
                     crate::lifecycle::log_task_step(&record.session_id, &record.event);
                 }
                 broadcast_wire(&self.live, &appended);
+                (self.appended)(appended.clone());
                 records.extend(appended);
                 return Ok(());
             }
             Ok(Err(conflict)) => conflict.to_string(),
-            Err(error) => error.to_string(),
+            // Refused before anything was queued: certainly not written.
+            Err(error @ turnstile_journal::Error::TooLarge { .. }) => error.to_string(),
+            Err(error) => {
+                // What the journal took of it is not known (a connection that dropped
+                // during the commit, say): nothing more is written from here.
+                self.journal_failed = true;
+                error.to_string()
+            }
         };
         self.start_events = start_events;
         if let Some(index) = first_index {

@@ -903,8 +903,19 @@ impl Runtime {
     /// the actors and closes the journal. Runs still open are resolved by the next
     /// start from the journal.
     pub async fn shutdown(&self) -> Result<(), RuntimeError> {
+        self.stop(Duration::from_millis(SHUTDOWN_DRAIN_MS)).await
+    }
+
+    /// Stops at once, as a crash would, without waiting for the runs in flight: the
+    /// actors stop and the journal closes. Runs still open are resolved by the next
+    /// start from the journal (the fault search stops a runtime so).
+    pub async fn halt(&self) -> Result<(), RuntimeError> {
+        self.stop(Duration::ZERO).await
+    }
+
+    async fn stop(&self, drain: Duration) -> Result<(), RuntimeError> {
         self.inner.shared.accepting.store(false, Ordering::SeqCst);
-        let deadline = Instant::now() + Duration::from_millis(SHUTDOWN_DRAIN_MS);
+        let deadline = Instant::now() + drain;
         while self.runs_in_flight() > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -9,7 +9,7 @@
 //! attempt nor a slot. The end of a run is journaled and the session freed in one step.
 //! An idle actor passivates; the next command rebuilds it from the journal.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,6 +28,8 @@ use turnstile_projections::{RunStatus, RunView, SessionState};
 
 /// Earlier runs of the branch whose attachments a turn stages again.
 const ATTACHMENT_RUNS_RESTORED: usize = 10;
+/// How often an actor whose append failed tries to read its state again.
+const HEAL_EVERY: Duration = Duration::from_secs(1);
 
 use crate::api::{AgentSpec, CompactOutcome, Multitask, Refused, RuntimeError, StartRun};
 use crate::directory::Directory;
@@ -155,6 +157,15 @@ pub(crate) struct SessionActor {
     remote: Option<String>,
     /// The lease was lost: nothing more is written, in-flight turns are stopped.
     fenced: bool,
+    /// Durable records not folded yet because one before them has not reached this
+    /// actor (appends answer in any order): the state is always the fold of the
+    /// stream's first `next_seq` records, never of a record after one it lacks.
+    unfolded: BTreeMap<u64, Arc<Recorded>>,
+    /// An append failed: what the journal took of it is not known, so the state is read
+    /// again from the journal before the next command (crash-only).
+    stale: bool,
+    /// A [`SessionActor::heal`] is due.
+    healing: bool,
 }
 
 /// A run accepted.
@@ -206,6 +217,19 @@ pub(crate) struct Wake;
 #[rtype(result = "()")]
 struct RunFinishedMsg(Finished);
 
+/// A batch the session's running task journaled (durable).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct RecordsAppended(Vec<Arc<Recorded>>);
+
+impl Handler<RecordsAppended> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, RecordsAppended(records): RecordsAppended, _: &mut Self::Context) {
+        self.fold(&records);
+    }
+}
+
 impl SessionActor {
     pub(crate) fn new(
         session_id: SessionId,
@@ -227,7 +251,115 @@ impl SessionActor {
             leased: false,
             remote: None,
             fenced: false,
+            unfolded: BTreeMap::new(),
+            stale: false,
+            healing: false,
         }
+    }
+
+    /// Crash-only: after an append failed, the state is dropped and read again from the
+    /// journal (stored form and the records after), and the runs open there that no one
+    /// here works on are resolved as at start-up. The running run (if any) goes on; its
+    /// task's batches are folded as they come, those the read already holds skipped.
+    fn ensure_fresh(&mut self, ctx: &mut Context<Self>) -> Result<(), RuntimeError> {
+        if !self.stale || self.fenced || self.remote.is_some() {
+            return Ok(());
+        }
+        let state = reads::load_session(&self.shared.journal, &self.session_id)?;
+        tracing::warn!(session_id = %self.session_id, next_seq = state.next_seq, "session state read again from the journal after an append failed");
+        self.state = state;
+        self.stale = false;
+        let next_seq = self.state.next_seq;
+        self.unfolded.retain(|seq, _| *seq >= next_seq);
+        // Queued runs whose acceptance the journal does not hold are gone (their
+        // request was answered with the error).
+        let open: HashSet<RunId> = self
+            .state
+            .open_runs()
+            .map(|run| run.run_id.clone())
+            .collect();
+        let before = self.queue.len();
+        self.queue
+            .retain(|queued| !queued.durable || open.contains(&queued.run_id));
+        self.shared
+            .queued
+            .fetch_sub(before - self.queue.len(), Ordering::SeqCst);
+        self.resolve_open_runs(ctx);
+        Ok(())
+    }
+
+    /// After an append failed: the state is read again as soon as the journal answers
+    /// (every second until it does), and what the failure interrupted is resolved, also
+    /// when no command comes to ask (a run whose end could not be journaled would
+    /// otherwise stay open with no one working on it).
+    fn heal(&mut self, ctx: &mut Context<Self>) {
+        self.healing = false;
+        if !self.stale || self.fenced || self.broken.is_some() {
+            return;
+        }
+        if self.in_flight.is_some() || self.electing || self.compacting {
+            // Their end heals (or comes back here).
+            self.heal_later(ctx);
+            return;
+        }
+        match self.ensure_fresh(ctx) {
+            Ok(()) => self.pump(ctx),
+            Err(error) => {
+                tracing::debug!(session_id = %self.session_id, %error, "journal still unavailable");
+                self.heal_later(ctx);
+            }
+        }
+    }
+
+    /// [`SessionActor::heal`] in [`HEAL_EVERY`], unless it is already due.
+    fn heal_later(&mut self, ctx: &mut Context<Self>) {
+        if !self.healing {
+            self.healing = true;
+            ctx.run_later(HEAL_EVERY, |actor, ctx| actor.heal(ctx));
+        }
+    }
+
+    /// Resolves the runs open in the state that no one here works on (start-up
+    /// recovery, and after a state read again): their endings are journaled before any
+    /// other command is handled.
+    /// Returns whether endings are being journaled (the actor pumps once they are).
+    fn resolve_open_runs(&mut self, ctx: &mut Context<Self>) -> bool {
+        let endings = self.recover();
+        if endings.is_empty() {
+            return false;
+        }
+        let journal = self.shared.journal.clone();
+        let session_id = self.session_id.clone();
+        // `wait` holds back every command until recovery is journaled.
+        ctx.wait(
+            async move { journal.append(&session_id, Expected::Any, endings).await }
+                .into_actor(self)
+                .map(|result, actor, ctx| match result {
+                    Ok(Ok(records)) => {
+                        for record in &records {
+                            if let Some(run_id) =
+                                record.event.run_id().filter(|_| record.event.is_terminal())
+                                && let Some(live) = actor.shared.remove_live(run_id)
+                            {
+                                broadcast_wire(&live, std::slice::from_ref(record));
+                            }
+                        }
+                        actor.apply(&records);
+                        actor.pump(ctx);
+                    }
+                    Ok(Err(conflict)) => {
+                        tracing::error!(session_id = %actor.session_id, %conflict, "recovery not journaled");
+                        actor.stale = true;
+                    }
+                    Err(error) => {
+                        tracing::error!(session_id = %actor.session_id, %error, "recovery not journaled");
+                        actor.stale = true;
+                        actor.check_fenced(&error, ctx);
+                        actor.heal_later(ctx);
+                    }
+                }),
+        );
+        true
     }
 
     /// What a remote session is busy with, as the journal shows it: its running run,
@@ -303,7 +435,20 @@ impl SessionActor {
     }
 
     /// Applies records, logging nothing (a run task's, logged as it appended them).
-    fn fold(&mut self, records: &[Arc<Recorded>]) {
+    /// Records are folded in the stream's order: one that arrives before a record it
+    /// follows waits for it, and one the state already holds is skipped.
+    fn fold(&mut self, arrived: &[Arc<Recorded>]) {
+        for record in arrived {
+            if record.session_id == self.session_id && record.seq.0 >= self.state.next_seq {
+                self.unfolded.insert(record.seq.0, record.clone());
+            }
+        }
+        let mut records = Vec::new();
+        while let Some(record) = self.unfolded.remove(&self.state.next_seq) {
+            self.state.apply(&record);
+            records.push(record);
+        }
+        let records = &records[..];
         for record in records {
             let counter = match record.event {
                 Event::RunStarted { .. } => Some(&self.shared.counters.started),
@@ -315,7 +460,6 @@ impl SessionActor {
             if let Some(counter) = counter {
                 counter.fetch_add(1, Ordering::Relaxed);
             }
-            self.state.apply(record);
         }
         // Stored forms follow the session at its turning points (a run accepted or
         // ended, a compaction, a deletion): the session's key and each run's own key,
@@ -343,7 +487,15 @@ impl SessionActor {
         // difference (issue 12: a stop with one run in flight and one queued). The run's
         // end stores it again, complete; ended runs leave memory then, their stored
         // forms keep them.
-        let idle = self.in_flight.is_none();
+        // Stored only when the state is a whole prefix of the stream and no run is past
+        // its acceptance: `SessionState::resume` takes open runs as pending, with their
+        // events in the records after the stored form.
+        let idle = self.in_flight.is_none()
+            && self.unfolded.is_empty()
+            && self
+                .state
+                .open_runs()
+                .all(|run| run.status == RunStatus::Pending);
         // The facts are copied once: inside the stored form when it is written, alone
         // for the directory otherwise.
         let stored = idle.then(|| self.state.stored());
@@ -399,7 +551,19 @@ impl SessionActor {
     /// that cannot go on.
     fn recover(&mut self) -> Vec<Event> {
         let mut endings = Vec::new();
-        let open: Vec<_> = self.state.open_runs().cloned().collect();
+        let worked_on: HashSet<RunId> = self
+            .queue
+            .iter()
+            .map(|queued| queued.run_id.clone())
+            .chain(self.in_flight.iter().map(|f| f.run_id.clone()))
+            .collect();
+        let queued_before = self.queue.len();
+        let open: Vec<_> = self
+            .state
+            .open_runs()
+            .filter(|run| !worked_on.contains(&run.run_id))
+            .cloned()
+            .collect();
         for run in open {
             let identity = self.identity(&run.run_id);
             let index = EventIndex(run.event_count);
@@ -459,18 +623,35 @@ impl SessionActor {
                 _ => {}
             }
         }
+        // The journal's order: a run resumed first (it was the session's running turn),
+        // then by acceptance (a run recovered while others wait goes back before them).
+        if self.queue.len() > queued_before {
+            let state = &self.state;
+            self.queue.make_contiguous().sort_by_key(|queued| {
+                let seq = state
+                    .run(&queued.run_id)
+                    .filter(|_| queued.durable)
+                    .map_or(u64::MAX, |run| run.queued_seq.0);
+                (!queued.resume, seq)
+            });
+        }
         for queued in &self.queue {
             self.shared.ensure_live(&queued.run_id);
         }
         self.shared
             .queued
-            .fetch_add(self.queue.len(), Ordering::SeqCst);
+            .fetch_add(self.queue.len() - queued_before, Ordering::SeqCst);
         endings
     }
 
     /// Elects the head of the queue when the session is free, then waits for a slot.
     fn pump(&mut self, ctx: &mut Context<Self>) {
         if self.in_flight.is_some() || self.electing || self.compacting || self.broken.is_some() {
+            return;
+        }
+        if let Err(error) = self.ensure_fresh(ctx) {
+            // The journal cannot be read now: the next command (or recovery) tries again.
+            tracing::warn!(session_id = %self.session_id, %error, "session state not read again");
             return;
         }
         if !self.queue.front().is_some_and(|head| head.durable) {
@@ -634,6 +815,11 @@ impl SessionActor {
             // The start goes into the journal with the turn's first events: one sync
             // fewer per turn. A stop before it leaves the run queued, as it was.
             start_events: events,
+            appended: {
+                let address = ctx.address();
+                Box::new(move |records| address.do_send(RecordsAppended(records)))
+            },
+            journal_failed: false,
         };
         let address = ctx.address();
         actix::spawn(async move {
@@ -787,7 +973,10 @@ impl SessionActor {
                 let failure = match appended {
                     Ok(Ok(records)) => return Ok(Ok(records)),
                     Ok(Err(conflict)) => conflict.to_string(),
-                    Err(error) => error.to_string(),
+                    // Certainly not written: a small end takes its place.
+                    Err(error @ turnstile_journal::Error::TooLarge { .. }) => error.to_string(),
+                    // Perhaps written: the state is read back instead (crash-only).
+                    Err(error) => return Err(error),
                 };
                 // No code path leaves a run open: what could not be journaled is replaced
                 // by a small end that says why (the events that fit go with it).
@@ -813,14 +1002,18 @@ impl SessionActor {
                             }
                         }
                         Ok(Err(conflict)) => {
-                            tracing::error!(%run_id, %conflict, "terminal event refused")
+                            tracing::error!(%run_id, %conflict, "terminal event refused");
+                            actor.stale = true;
+                            actor.heal_later(ctx);
                         }
                         // Even the small end failed: the journal itself is failing, and
                         // start-up recovery ends the run (on a shared journal, the
                         // session's next owner).
                         Err(error) => {
                             tracing::error!(%run_id, %error, "terminal event not journaled");
+                            actor.stale = true;
                             actor.check_fenced(&error, ctx);
+                            actor.heal_later(ctx);
                         }
                     }
                     actor.pump(ctx);
@@ -935,6 +1128,7 @@ impl Actor for SessionActor {
                 }));
         ctx.run_interval(check_every, move |actor, ctx| {
             let idle_now = actor.in_flight.is_none()
+                && !actor.stale
                 && actor.queue.is_empty()
                 && !actor.electing
                 && !actor.compacting
@@ -946,38 +1140,9 @@ impl Actor for SessionActor {
         if self.remote.is_some() {
             return;
         }
-        let endings = self.recover();
-        let journal = self.shared.journal.clone();
-        let session_id = self.session_id.clone();
-        // `wait` holds back every command until recovery is journaled.
-        ctx.wait(
-            async move {
-                if endings.is_empty() {
-                    return Ok(Ok(Vec::new()));
-                }
-                journal.append(&session_id, Expected::Any, endings).await
-            }
-            .into_actor(self)
-            .map(|result, actor, ctx| match result {
-                Ok(Ok(records)) => {
-                    for record in &records {
-                        if let Some(run_id) =
-                            record.event.run_id().filter(|_| record.event.is_terminal())
-                            && let Some(live) = actor.shared.remove_live(run_id)
-                        {
-                            broadcast_wire(&live, std::slice::from_ref(record));
-                        }
-                    }
-                    actor.apply(&records);
-                    actor.pump(ctx);
-                }
-                Ok(Err(conflict)) => actor.broken = Some(conflict.to_string()),
-                Err(error) => {
-                    actor.broken = Some(error.to_string());
-                    actor.check_fenced(&error, ctx);
-                }
-            }),
-        );
+        if !self.resolve_open_runs(ctx) {
+            self.pump(ctx);
+        }
     }
 
     fn stopped(&mut self, ctx: &mut Self::Context) {
@@ -1012,6 +1177,9 @@ impl Handler<StartRunMsg> for SessionActor {
         }
         if let Some(reason) = &self.broken {
             return Box::pin(fut::ready(Err(RuntimeError::Internal(reason.clone()))));
+        }
+        if let Err(error) = self.ensure_fresh(ctx) {
+            return Box::pin(fut::ready(Err(error)));
         }
         if self.compacting && command.multitask == Multitask::Reject {
             return refuse(Refused::Compacting {
@@ -1095,13 +1263,31 @@ impl Handler<StartRunMsg> for SessionActor {
             {
                 Ok(Ok(append)) => append,
                 Ok(Err(_full)) => {
+                    self.creating = false;
                     self.shared.queued.fetch_sub(1, Ordering::SeqCst);
                     return refuse(Refused::QueueFull {
                         limit: turnstile_journal::limits::APPEND_QUEUE_REQUESTS_MAX,
                     });
                 }
                 Err(error) => {
+                    // Nothing of the request was recorded: the session is as before.
+                    self.creating = false;
                     self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+                    if let turnstile_journal::Error::TooLarge { kind, bytes, limit } = error {
+                        let field = match kind {
+                            "AttachmentAdded" => "files",
+                            "IdempotencyKeyBound" => "idempotency_key",
+                            _ => "message",
+                        };
+                        return refuse(Refused::EventTooLarge {
+                            field,
+                            kind,
+                            bytes,
+                            limit,
+                        });
+                    }
+                    self.stale = true;
+                    self.heal_later(ctx);
                     return Box::pin(fut::ready(Err(RuntimeError::from(error))));
                 }
             };
@@ -1112,12 +1298,13 @@ impl Handler<StartRunMsg> for SessionActor {
             resume: false,
         });
         let live = self.shared.ensure_live(&run_id).subscribe();
-        let _ = ctx;
         Box::pin(append.into_actor(self).map(move |result, actor, ctx| {
             actor.creating = false;
             let accepted = match result {
                 Ok(Ok(records)) => records,
                 failure => {
+                    actor.stale = true;
+                    actor.heal_later(ctx);
                     actor.queue.retain(|queued| queued.run_id != run_id);
                     actor.shared.queued.fetch_sub(1, Ordering::SeqCst);
                     actor.shared.remove_live(&run_id);
@@ -1159,6 +1346,19 @@ impl Handler<RunFinishedMsg> for SessionActor {
 
     fn handle(&mut self, RunFinishedMsg(finished): RunFinishedMsg, ctx: &mut Self::Context) {
         self.fold(&finished.records);
+        if finished.journal_failed {
+            // An append of the run's task failed and what the journal took is unknown:
+            // as after a crash, the run is read back from the journal and resolved from
+            // there (a new attempt or its end), never from what this actor assumed.
+            drop(finished.slot);
+            if let Some(in_flight) = self.in_flight.take_if(|f| f.run_id == finished.run_id) {
+                self.remove_staged(&in_flight.staged);
+            }
+            self.shared.remove_live(&finished.run_id);
+            self.stale = true;
+            self.heal(ctx);
+            return;
+        }
         self.end_run(finished.run_id, finished.terminal, Some(finished.slot), ctx);
     }
 }
@@ -1175,6 +1375,7 @@ impl Handler<CancelRunMsg> for SessionActor {
         if let Some(owner) = self.remote.clone() {
             return Err(self.elsewhere(&owner, ctx));
         }
+        self.ensure_fresh(ctx)?;
         if let Some(in_flight) = self.in_flight.as_ref().filter(|f| f.run_id == run_id) {
             in_flight.cancel.cancel();
             return Ok(true);
@@ -1210,6 +1411,9 @@ impl Handler<CompactMsg> for SessionActor {
         }
         if let Some(reason) = &self.broken {
             return ready(Err(RuntimeError::Internal(reason.clone())));
+        }
+        if let Err(error) = self.ensure_fresh(ctx) {
+            return ready(Err(error));
         }
         if let Some(run_id) = self.busy_with() {
             return ready(Ok(Err(Refused::Busy {
@@ -1310,6 +1514,10 @@ impl Handler<CompactMsg> for SessionActor {
             .into_actor(self)
             .map(|result, actor, ctx| {
                 actor.compacting = false;
+                if result.is_err() {
+                    actor.stale = true;
+                    actor.heal_later(ctx);
+                }
                 let result = result.map(|(outcome, records)| {
                     actor.apply(&records);
                     outcome
@@ -1331,6 +1539,9 @@ impl Handler<DeleteSessionMsg> for SessionActor {
         }
         if let Some(reason) = &self.broken {
             return Box::pin(fut::ready(Err(RuntimeError::Internal(reason.clone()))));
+        }
+        if let Err(error) = self.ensure_fresh(ctx) {
+            return Box::pin(fut::ready(Err(error)));
         }
         if !self.state.exists() {
             return Box::pin(fut::ready(Ok(Ok(false))));
@@ -1354,13 +1565,21 @@ impl Handler<DeleteSessionMsg> for SessionActor {
                     .await
             }
             .into_actor(self)
-            .map(|result, actor, _| match result {
+            .map(|result, actor, ctx| match result {
                 Ok(Ok(records)) => {
                     actor.apply(&records);
                     Ok(Ok(true))
                 }
-                Ok(Err(conflict)) => Err(RuntimeError::Internal(conflict.to_string())),
-                Err(error) => Err(error.into()),
+                Ok(Err(conflict)) => {
+                    actor.stale = true;
+                    actor.heal_later(ctx);
+                    Err(RuntimeError::Internal(conflict.to_string()))
+                }
+                Err(error) => {
+                    actor.stale = true;
+                    actor.heal_later(ctx);
+                    Err(error.into())
+                }
             }),
         )
     }

@@ -636,7 +636,7 @@ fn verify_online(config: Option<PathBuf>, url: String) -> anyhow::Result<ExitCod
     };
     let as_of = export.as_of;
     let bar = progress_bar("verifying", Some(as_of));
-    let outcome = portable::check_export(std::io::BufReader::new(export), |checked| {
+    let outcome = portable::verify_export(std::io::BufReader::new(export), |checked| {
         bar.set_position(checked)
     })?;
     bar.finish_and_clear();
@@ -783,6 +783,18 @@ fn verify(config: Option<PathBuf>, data_dir: Option<PathBuf>) -> anyhow::Result<
     let journal = open_journal(config, data_dir)?;
     let bar = progress_bar("verifying", Some(journal.next_pos().0));
     let outcome = journal.verify(|checked| bar.set_position(checked))?;
+    // The structural rules (one start, attempts 1, 2…, indices 0, 1…, one end) over the
+    // records the integrity walk checked.
+    let outcome = match outcome {
+        Ok(report) => {
+            bar.set_message("checking the runs' structure");
+            bar.set_position(0);
+            journal
+                .check_structure(report.events, |checked| bar.set_position(checked))?
+                .map(|()| report)
+        }
+        Err(corruption) => Err(corruption),
+    };
     bar.finish_and_clear();
     match outcome {
         Ok(report) => {

@@ -40,7 +40,14 @@ pub(crate) fn encode(
 ) -> Result<Vec<EncodedEvent>, Error> {
     events
         .into_iter()
-        .map(|event| codec::encode_event(event, max_event_bytes).map_err(Error::Encode))
+        .map(|event| {
+            codec::encode_event(event, max_event_bytes).map_err(|error| match error {
+                codec::EncodeError::TooLarge { kind, bytes, limit } => {
+                    Error::TooLarge { kind, bytes, limit }
+                }
+                codec::EncodeError::Codec(reason) => Error::Encode(reason),
+            })
+        })
         .collect()
 }
 

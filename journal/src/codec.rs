@@ -128,14 +128,15 @@ pub struct EncodedEvent {
 
 /// Encodes an event for [`encode_parts`]; one over [`INLINE_EVENT_BYTES_MAX`] is
 /// stored apart, and one over `max_event_bytes` is refused with a message that says so.
-pub fn encode_event(event: Event, max_event_bytes: usize) -> Result<EncodedEvent, String> {
-    let bytes = bincode::serde::encode_to_vec(&event, event_config()).map_err(|e| e.to_string())?;
+pub fn encode_event(event: Event, max_event_bytes: usize) -> Result<EncodedEvent, EncodeError> {
+    let bytes = bincode::serde::encode_to_vec(&event, event_config())
+        .map_err(|e| EncodeError::Codec(e.to_string()))?;
     if bytes.len() > max_event_bytes {
-        return Err(format!(
-            "an event of {} bytes ({}) exceeds max_event_bytes ({max_event_bytes})",
-            bytes.len(),
-            event.kind()
-        ));
+        return Err(EncodeError::TooLarge {
+            kind: event.kind(),
+            bytes: bytes.len(),
+            limit: max_event_bytes,
+        });
     }
     if bytes.len() <= INLINE_EVENT_BYTES_MAX {
         return Ok(EncodedEvent {
@@ -149,13 +150,37 @@ pub fn encode_event(event: Event, max_event_bytes: usize) -> Result<EncodedEvent
         digest,
         bytes: bytes.len() as u64,
     };
-    let record_bytes =
-        bincode::serde::encode_to_vec(&reference, config()).map_err(|e| e.to_string())?;
+    let record_bytes = bincode::serde::encode_to_vec(&reference, config())
+        .map_err(|e| EncodeError::Codec(e.to_string()))?;
     Ok(EncodedEvent {
         event,
         bytes: record_bytes,
         apart: Some((digest, bytes)),
     })
+}
+
+/// Why an event could not be encoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    /// Its encoding is larger than the journal takes.
+    #[error("an event of {bytes} bytes ({kind}) exceeds max_event_bytes ({limit})")]
+    TooLarge {
+        /// The event's variant.
+        kind: &'static str,
+        /// Its encoded size.
+        bytes: usize,
+        /// `max_event_bytes`.
+        limit: usize,
+    },
+    /// The encoder refused it.
+    #[error("{0}")]
+    Codec(String),
+}
+
+impl From<EncodeError> for String {
+    fn from(error: EncodeError) -> String {
+        error.to_string()
+    }
 }
 
 /// Decodes the encoding of an event stored apart, checking it against its digest.

@@ -38,6 +38,9 @@ pub type SessionEvents = Box<dyn Iterator<Item = Result<SessionEvent, Error>> + 
 #[derive(Clone)]
 pub struct Journal {
     backend: Backend,
+    /// Faults injected by a test (the `faults` feature only).
+    #[cfg(feature = "faults")]
+    faults: Option<std::sync::Arc<dyn crate::faults::Faults>>,
 }
 
 #[derive(Clone)]
@@ -52,6 +55,8 @@ impl Journal {
     pub fn open(dir: &Path, options: JournalOptions) -> Result<Journal, Error> {
         Ok(Journal {
             backend: Backend::Sled(SledJournal::open(dir, options)?),
+            #[cfg(feature = "faults")]
+            faults: crate::faults::at(&dir.display().to_string()),
         })
     }
 
@@ -63,6 +68,8 @@ impl Journal {
     ) -> Result<Journal, Error> {
         Ok(Journal {
             backend: Backend::Postgres(PgJournal::open(options, &journal_options)?),
+            #[cfg(feature = "faults")]
+            faults: crate::faults::at(&options.url),
         })
     }
 
@@ -103,6 +110,32 @@ impl Journal {
         expected: Expected,
         events: Vec<Event>,
     ) -> AppendResult {
+        #[cfg(feature = "faults")]
+        if let Some(faults) = &self.faults {
+            use crate::faults::Fault;
+            let fault = faults.before_append(session_id, &events);
+            if fault == Fault::Refuse {
+                return Err(crate::faults::refused());
+            }
+            let answer = self.append_now(session_id, expected, events).await;
+            return match fault {
+                Fault::WriteThenRefuse => Err(crate::faults::refused()),
+                Fault::Delay(delay) => {
+                    tokio::time::sleep(delay).await;
+                    answer
+                }
+                _ => answer,
+            };
+        }
+        self.append_now(session_id, expected, events).await
+    }
+
+    async fn append_now(
+        &self,
+        session_id: &SessionId,
+        expected: Expected,
+        events: Vec<Event>,
+    ) -> AppendResult {
         match &self.backend {
             Backend::Sled(sled) => sled.append(session_id, expected, events).await,
             Backend::Postgres(pg) => pg.append(session_id, expected, events).await,
@@ -115,6 +148,38 @@ impl Journal {
     /// ([`crate::limits::APPEND_QUEUE_REQUESTS_MAX`] requests waiting) the append is
     /// refused rather than queued out of order.
     pub fn append_in_order(
+        &self,
+        session_id: &SessionId,
+        expected: Expected,
+        events: Vec<Event>,
+    ) -> Result<Result<QueuedAppend, AppendQueueFull>, Error> {
+        #[cfg(feature = "faults")]
+        if let Some(faults) = &self.faults {
+            use crate::faults::Fault;
+            let fault = faults.before_append(session_id, &events);
+            if fault == Fault::Refuse {
+                return Ok(Ok(Box::pin(async { Err(crate::faults::refused()) })));
+            }
+            let queued = match self.append_in_order_now(session_id, expected, events)? {
+                Ok(queued) => queued,
+                Err(full) => return Ok(Err(full)),
+            };
+            return Ok(Ok(Box::pin(async move {
+                let answer = queued.await;
+                match fault {
+                    Fault::WriteThenRefuse => Err(crate::faults::refused()),
+                    Fault::Delay(delay) => {
+                        tokio::time::sleep(delay).await;
+                        answer
+                    }
+                    _ => answer,
+                }
+            })));
+        }
+        self.append_in_order_now(session_id, expected, events)
+    }
+
+    fn append_in_order_now(
         &self,
         session_id: &SessionId,
         expected: Expected,
@@ -137,9 +202,40 @@ impl Journal {
         expected: Expected,
         events: Vec<Event>,
     ) -> AppendResult {
+        #[cfg(feature = "faults")]
+        if let Some(faults) = &self.faults {
+            use crate::faults::Fault;
+            let fault = faults.before_append(session_id, &events);
+            if fault == Fault::Refuse {
+                return Err(crate::faults::refused());
+            }
+            let answer = match &self.backend {
+                Backend::Sled(sled) => sled.append_blocking(session_id, expected, events),
+                Backend::Postgres(pg) => pg.append_blocking(session_id, expected, events),
+            };
+            return match fault {
+                Fault::WriteThenRefuse => Err(crate::faults::refused()),
+                Fault::Delay(delay) => {
+                    std::thread::sleep(delay);
+                    answer
+                }
+                _ => answer,
+            };
+        }
         match &self.backend {
             Backend::Sled(sled) => sled.append_blocking(session_id, expected, events),
             Backend::Postgres(pg) => pg.append_blocking(session_id, expected, events),
+        }
+    }
+
+    /// Whether the journal can write now: `Err` ([`Error::unavailable`] says why) while
+    /// its database does not answer, its disk is full or read-only, or after a failed
+    /// write. What `GET /health` answers from; bounded (one `statvfs`, or one query with
+    /// the pool's timeouts).
+    pub fn writable(&self) -> Result<(), Error> {
+        match &self.backend {
+            Backend::Sled(sled) => sled.writable(),
+            Backend::Postgres(pg) => pg.writable(),
         }
     }
 
@@ -282,6 +378,12 @@ impl Journal {
     /// Stores a projection (derived data, rebuildable from the events: written without
     /// a sync; `journal rebuild` compares it with a fresh fold).
     pub fn put_projection(&self, key: &str, value: &[u8]) -> Result<(), Error> {
+        #[cfg(feature = "faults")]
+        if let Some(faults) = &self.faults
+            && !faults.projection_allowed()
+        {
+            return Err(crate::faults::refused());
+        }
         match &self.backend {
             Backend::Sled(sled) => sled.put_projection(key, value),
             Backend::Postgres(pg) => pg.put_projection(key, value),
@@ -306,7 +408,9 @@ impl Journal {
 
     /// Checks every record; `progress` is called with the number of records checked so
     /// far, every few thousand records. The outer error is an I/O fault. Appends made
-    /// while it runs are checked as far as the walk reaches them.
+    /// while it runs are checked as far as the walk reaches them. This is the journal's
+    /// integrity (checksums, hash links, indexes) for any events; `journal verify` also
+    /// checks the runtime's structural rules ([`Journal::check_structure`]).
     pub fn verify(
         &self,
         progress: impl FnMut(u64),
@@ -315,6 +419,32 @@ impl Journal {
             Backend::Sled(sled) => sled.verify(progress),
             Backend::Postgres(pg) => pg.verify(progress),
         }
+    }
+
+    /// The structural rules of the runtime's journal ([`crate::structure`]) over the
+    /// records below position `end` (what a [`Journal::verify`] checked): the first
+    /// record that breaks one. One walk in global order; memory: each open run's
+    /// state and each ended run's id.
+    pub fn check_structure(
+        &self,
+        end: u64,
+        mut progress: impl FnMut(u64),
+    ) -> Result<Result<(), Corruption>, Error> {
+        let mut structure = crate::structure::Structure::default();
+        for record in self.read_from(JournalPos(0)) {
+            let record = record?;
+            if record.pos.0 >= end {
+                break;
+            }
+            if let Err(corruption) = structure.check(&record) {
+                return Ok(Err(corruption));
+            }
+            if (record.pos.0 + 1).is_multiple_of(4096) {
+                progress(record.pos.0 + 1);
+            }
+        }
+        progress(end);
+        Ok(Ok(()))
     }
 
     /// Frees what the embedded store retired and has not freed yet. sled frees the old

@@ -13,12 +13,15 @@
 mod chain;
 pub mod codec;
 pub mod event;
+#[cfg(feature = "faults")]
+pub mod faults;
 pub mod ids;
 mod journal;
 pub mod limits;
 pub mod portable;
 mod postgres;
 mod store;
+pub mod structure;
 mod subscription;
 pub mod verify;
 
@@ -60,9 +63,22 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
-    /// An event cannot be encoded (it exceeds the record limit).
+    /// An event cannot be encoded.
     #[error("event cannot be journaled: {0}")]
     Encode(String),
+    /// An event is larger than the journal takes (`max_event_bytes`): nothing of its
+    /// append was written.
+    #[error(
+        "event cannot be journaled: an event of {bytes} bytes ({kind}) exceeds max_event_bytes ({limit})"
+    )]
+    TooLarge {
+        /// The event's variant.
+        kind: &'static str,
+        /// Its encoded size.
+        bytes: usize,
+        /// `max_event_bytes`.
+        limit: usize,
+    },
     /// This replica no longer holds the session's lease (it changed hands after this
     /// replica's heartbeat lapsed, or the heartbeat itself lapsed): nothing was written,
     /// and the replica must stop working on the session.
@@ -82,6 +98,31 @@ pub enum Error {
     /// An earlier durable write failed; the journal stops accepting appends (fail-stop).
     #[error("the journal stopped accepting appends after a failed write")]
     Stopped,
+    /// The journal cannot write now (its database does not answer, its disk is full or
+    /// read-only); nothing of the append was written. It may answer again later.
+    #[error("the journal cannot write now: {0}")]
+    Unavailable(String),
+}
+
+impl Error {
+    /// What a client is told when the journal cannot write now, or `None` for a failure
+    /// that is not about the journal's availability (a bad event, a lost lease, a bug).
+    pub fn unavailable(&self) -> Option<String> {
+        match self {
+            Error::Unavailable(detail) => Some(detail.clone()),
+            Error::Io(error) => Some(match error.raw_os_error() {
+                Some(28) => "no space left on the journal's disk".to_owned(),
+                Some(30) => "the journal's data directory is read-only".to_owned(),
+                Some(13) | Some(1) => "the journal's data directory is not writable".to_owned(),
+                _ => format!("the journal's disk failed: {error}"),
+            }),
+            Error::Stopped => Some(
+                "the journal stopped accepting appends after a failed write (see the server's log)"
+                    .to_owned(),
+            ),
+            _ => None,
+        }
+    }
 }
 
 impl From<sled::Error> for Error {

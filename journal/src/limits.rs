@@ -94,3 +94,12 @@ pub const DESCRIPTORS_RESERVED: u64 = 256;
 pub const CLI_STDERR_LINES_KEPT: usize = 20;
 /// How long shutdown waits for running turns to end before leaving them to recovery, in milliseconds.
 pub const SHUTDOWN_DRAIN_MS: u64 = 5_000;
+
+/// Free bytes the sled journal's disk must keep beyond an append: an append that would
+/// leave less is refused as unavailable (`503`) before sled writes anything, so sled
+/// never meets a full disk (after a failed write it refuses everything until a
+/// restart). Four of sled's segments: room for its log to finish what it holds.
+pub const JOURNAL_DISK_RESERVE_BYTES: u64 = 4 * SLED_SEGMENT_BYTES as u64;
+/// How long a PostgreSQL journal waits for a connection (from its pool, or a new one)
+/// before it answers that the database is away, in milliseconds.
+pub const POSTGRES_WAIT_MS: u64 = 3_000;

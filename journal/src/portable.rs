@@ -471,10 +471,39 @@ pub fn check_export(
     lines: impl BufRead,
     mut progress: impl FnMut(u64),
 ) -> Result<Result<ImportReport, ImportRefusal>, Error> {
+    check_lines(lines, false, &mut progress)
+}
+
+/// [`check_export`] and the runtime's structural rules ([`crate::structure`]): what
+/// `journal verify --url` checks of a running server's export.
+pub fn verify_export(
+    lines: impl BufRead,
+    mut progress: impl FnMut(u64),
+) -> Result<Result<ImportReport, ImportRefusal>, Error> {
+    check_lines(lines, true, &mut progress)
+}
+
+fn check_lines(
+    lines: impl BufRead,
+    rules: bool,
+    progress: &mut impl FnMut(u64),
+) -> Result<Result<ImportReport, ImportRefusal>, Error> {
     let mut checker = Checker::default();
+    let mut structure = crate::structure::Structure::default();
     let mut records = 0u64;
     for checked in checker.each(lines) {
         let (number, checked) = checked?;
+        let checked = checked.and_then(|checked| {
+            if !rules {
+                return Ok(());
+            }
+            structure.check_at(
+                checked.pos,
+                &checked.body.session_id,
+                checked.body.seq.0,
+                &checked.body.event,
+            )
+        });
         if let Err(reason) = checked {
             return Ok(Err(ImportRefusal {
                 line: number,

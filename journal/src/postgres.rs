@@ -117,10 +117,46 @@ pub struct Command {
     pub body: String,
 }
 
+/// The journal's database as a client may be told of it: `host:port`, never the
+/// password (set when a PostgreSQL journal opens).
+static DATABASE_ADDRESS: std::sync::RwLock<String> = std::sync::RwLock::new(String::new());
+
+/// "the journal's database (host:port) does not answer".
+fn database_away() -> String {
+    let address = DATABASE_ADDRESS
+        .read()
+        .map(|address| address.clone())
+        .unwrap_or_default();
+    format!("the journal's database ({address}) does not answer")
+}
+
+fn address_of(config: &tokio_postgres::Config) -> String {
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+        Some(tokio_postgres::config::Host::Unix(path)) => path.display().to_string(),
+        None => "localhost".into(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!("{host}:{port}")
+}
+
 impl From<tokio_postgres::Error> for Error {
     fn from(error: tokio_postgres::Error) -> Self {
         // The server's own message (with its code) says more than the driver's summary.
         match error.as_db_error() {
+            // Connection exceptions (08…) and a server shutting down or starting (57P…):
+            // the database is away, not the request wrong.
+            Some(db)
+                if db.code().code().starts_with("08") || db.code().code().starts_with("57P") =>
+            {
+                Error::Unavailable(format!("{} ({})", database_away(), db.message()))
+            }
+            None if error.is_closed() || std::error::Error::source(&error).is_some() => {
+                let cause = std::error::Error::source(&error)
+                    .map(|cause| format!(": {cause}"))
+                    .unwrap_or_default();
+                Error::Unavailable(format!("{} ({error}{cause})", database_away()))
+            }
             Some(db) => Error::Store(format!(
                 "PostgreSQL: {} ({})",
                 db.message(),
@@ -138,6 +174,10 @@ impl From<deadpool_postgres::PoolError> for Error {
     fn from(error: deadpool_postgres::PoolError) -> Self {
         match error {
             deadpool_postgres::PoolError::Backend(error) => error.into(),
+            deadpool_postgres::PoolError::Timeout(_) => Error::Unavailable(format!(
+                "{} (no connection within the pool's timeout)",
+                database_away()
+            )),
             other => Error::Store(format!("PostgreSQL connection pool: {other}")),
         }
     }
@@ -230,6 +270,9 @@ impl PgJournal {
             config.application_name("turnstile");
         }
         config.connect_timeout(Duration::from_secs(10));
+        if let Ok(mut address) = DATABASE_ADDRESS.write() {
+            *address = address_of(&config);
+        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("journal-postgres")
@@ -247,6 +290,10 @@ impl PgJournal {
         );
         let pool = Pool::builder(manager)
             .max_size(options.pool_size.max(2))
+            // A database away answers within a request's time, never a hang.
+            .wait_timeout(Some(Duration::from_millis(limits::POSTGRES_WAIT_MS)))
+            .create_timeout(Some(Duration::from_millis(limits::POSTGRES_WAIT_MS)))
+            .recycle_timeout(Some(Duration::from_millis(limits::POSTGRES_WAIT_MS)))
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|error| Error::Store(format!("PostgreSQL connection pool: {error}")))?;
@@ -734,6 +781,21 @@ impl PgJournal {
                 .prepare_cached("SELECT turnstile.put_projection($1, $2)")
                 .await?;
             client.execute(&statement, &[&key, &value]).await?;
+            Ok(())
+        })
+    }
+
+    /// One round trip to the database (`SELECT 1`), within the pool's timeouts.
+    pub(crate) fn writable(&self) -> Result<(), Error> {
+        let pool = self.inner.pool.clone();
+        self.block(async move {
+            let client = pool.get().await?;
+            tokio::time::timeout(
+                Duration::from_millis(limits::POSTGRES_WAIT_MS),
+                client.simple_query("SELECT 1"),
+            )
+            .await
+            .map_err(|_| Error::Unavailable(database_away()))??;
             Ok(())
         })
     }

@@ -287,6 +287,8 @@ struct Inner {
     /// Runs per agent and status, as the run index holds them.
     agent_run_counts: AgentRunCounts,
     max_event_bytes: usize,
+    /// Set when a write or a sync failed: the journal stopped (fail-stop).
+    failed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The session index of the records past the watermark `W`: one run per append
@@ -861,6 +863,7 @@ impl SledJournal {
         let (live, _) = broadcast::channel(limits::LIVE_BROADCAST_RECORDS);
         let (sender, receiver) = mpsc::channel(limits::APPEND_QUEUE_REQUESTS_MAX);
         let sync_failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sync_failed_flag = sync_failed.clone();
         let (sync_sender, sync_receiver) = std::sync::mpsc::sync_channel(1);
         let stats = Arc::new(JournalStats::default());
         let syncer = Syncer {
@@ -885,6 +888,7 @@ impl SledJournal {
             syncer_db: db.clone(),
             syncer: sync_sender,
             sync_failed: sync_failed.clone(),
+            dir: dir.to_path_buf(),
         };
         let sync_thread = std::thread::Builder::new()
             .name("journal-sync".into())
@@ -909,8 +913,18 @@ impl SledJournal {
                 db,
                 max_event_bytes: options.max_event_bytes.min(limits::EVENT_BYTES_CEILING),
                 agent_run_counts,
+                failed: sync_failed_flag,
             }),
         })
+    }
+
+    /// Whether an append can be written now: `Err` (unavailable) after a failed write,
+    /// or while the disk is full or read-only.
+    pub fn writable(&self) -> Result<(), Error> {
+        if self.inner.failed.load(Ordering::SeqCst) {
+            return Err(Error::Stopped);
+        }
+        storage_gate(&self.inner.path, 0)
     }
 
     /// Counters since the journal was opened.
@@ -1200,6 +1214,7 @@ impl SledJournal {
     /// Stores a projection (derived data, rebuildable from the events: written without
     /// a sync; `journal rebuild` compares it with a fresh fold).
     pub fn put_projection(&self, key: &str, value: &[u8]) -> Result<(), Error> {
+        storage_gate(&self.inner.path, value.len() as u64)?;
         self.inner
             .db
             .open_tree(PROJECTIONS)?
@@ -1426,6 +1441,34 @@ fn rebuild_tail(tree: &sled::Tree) -> Result<Tail, Error> {
     Ok(tail)
 }
 
+/// Whether the journal's disk can take `bytes` more: refused as unavailable when its
+/// file system is read-only or would keep less than
+/// [`limits::JOURNAL_DISK_RESERVE_BYTES`] free. One `statvfs` (~1 µs): checked before
+/// every batch, so sled never meets a full or read-only disk, after which it would
+/// refuse everything until a restart; once space is freed the next batch goes through.
+pub(crate) fn storage_gate(dir: &Path, bytes: u64) -> Result<(), Error> {
+    let stat = match rustix::fs::statvfs(dir) {
+        Ok(stat) => stat,
+        // The directory itself is gone or unreadable: sled's write will say why.
+        Err(_) => return Ok(()),
+    };
+    if stat.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY) {
+        return Err(Error::Unavailable(
+            "the journal's data directory is read-only".into(),
+        ));
+    }
+    let free = stat.f_bavail.saturating_mul(stat.f_frsize);
+    let needed = bytes.saturating_add(limits::JOURNAL_DISK_RESERVE_BYTES);
+    if free < needed {
+        return Err(Error::Unavailable(format!(
+            "no space left on the journal's disk ({} MiB free, {} MiB needed)",
+            free / (1024 * 1024),
+            needed.div_ceil(1024 * 1024)
+        )));
+    }
+    Ok(())
+}
+
 /// Decodes the record stored at global position `pos`.
 fn decode_record(
     tree: &sled::Tree,
@@ -1607,6 +1650,8 @@ struct Committer {
     syncer_db: sled::Db,
     syncer: std::sync::mpsc::SyncSender<SyncJob>,
     sync_failed: Arc<std::sync::atomic::AtomicBool>,
+    /// The data directory, whose disk is checked before each batch.
+    dir: std::path::PathBuf,
 }
 
 /// Where one appender's answer goes, and what it will be once the batch is durable.
@@ -1732,6 +1777,17 @@ impl Committer {
             }
             return;
         }
+        let bytes: usize = requests.iter().map(Request::bytes).sum();
+        if let Err(error) = storage_gate(&self.dir, bytes as u64) {
+            // Nothing written: the journal goes on once the disk can take it.
+            let detail = error.to_string();
+            for request in requests.drain(..) {
+                let _ = request.reply.send(Err(Error::Unavailable(
+                    error.unavailable().unwrap_or_else(|| detail.clone()),
+                )));
+            }
+            return;
+        }
         let ts_us = now_us();
         let mut batch = sled::Batch::default();
         self.staged_runs.clear();
@@ -1777,6 +1833,7 @@ impl Committer {
                 // Fail-stop: after a failed write nothing about the store can be assumed.
                 tracing::error!(%error, "journal write failed; refusing further appends");
                 self.stopped = true;
+                self.sync_failed.store(true, Ordering::SeqCst);
                 for (reply, _) in answers {
                     let _ = reply.send(Err(Error::Io(std::io::Error::other(error.to_string()))));
                 }
@@ -1795,6 +1852,7 @@ impl Committer {
         {
             tracing::error!(%error, "journal flush failed; refusing further appends");
             self.stopped = true;
+            self.sync_failed.store(true, Ordering::SeqCst);
             for (reply, _) in answers {
                 let _ = reply.send(Err(Error::Io(std::io::Error::other(error.to_string()))));
             }

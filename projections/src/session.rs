@@ -612,8 +612,15 @@ impl SessionState {
         self.runs.iter().filter(|run| !run.status.is_terminal())
     }
 
-    /// Applies one record.
+    /// Applies one record: the next of the stream. A record the state already holds
+    /// (its sequence is below [`SessionState::next_seq`]) changes nothing, so a state
+    /// read from a stored form and the records after it, or given a record twice, is
+    /// still the fold of the stream (issue 27: a `RunQueued` applied twice made a run
+    /// start twice after a SIGKILL).
     pub fn apply(&mut self, record: &Recorded) {
+        if record.seq.0 < self.next_seq {
+            return;
+        }
         self.next_seq = record.seq.0 + 1;
         let ts = record.ts_us;
         self.session.updated_at_us = ts;

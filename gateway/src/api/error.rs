@@ -17,8 +17,8 @@ pub struct ErrorBody {
     pub detail: String,
     /// A slug: `not_found`, `bad_request`, `validation_error`, `session_busy`,
     /// `session_agent_mismatch`, `run_not_continuable`, `queue_full`,
-    /// `payload_too_large`, `request_timeout`, `unauthorized`, `method_not_allowed`,
-    /// `shutting_down`, `internal_error`.
+    /// `payload_too_large`, `event_too_large`, `request_timeout`, `unauthorized`,
+    /// `method_not_allowed`, `shutting_down`, `journal_unavailable`, `internal_error`.
     pub error_type: &'static str,
     /// `session_busy` (agno's field) on a busy session's 409.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -68,6 +68,16 @@ pub enum ApiError {
     /// 503: shutting down.
     #[error("turnstile is shutting down; try again shortly")]
     ShuttingDown,
+    /// 413: one event of the request is larger than the journal takes; nothing was
+    /// recorded.
+    #[error("{0}")]
+    EventTooLarge(String),
+    /// 503: the journal cannot write now (its database away, its disk full or
+    /// read-only); nothing of the request was recorded.
+    #[error(
+        "The journal cannot write now: {0}. Nothing of this request was recorded; try again shortly."
+    )]
+    JournalUnavailable(String),
     /// 500: logged, never shown.
     #[error("internal error")]
     Internal(String),
@@ -85,6 +95,10 @@ impl ApiError {
             ApiError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             ApiError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+            ApiError::EventTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "event_too_large"),
+            ApiError::JournalUnavailable(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "journal_unavailable")
+            }
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }
     }
@@ -92,6 +106,12 @@ impl ApiError {
 
 impl From<RuntimeError> for ApiError {
     fn from(error: RuntimeError) -> Self {
+        if let RuntimeError::Journal(journal) = &error
+            && let Some(detail) = journal.unavailable()
+        {
+            tracing::warn!(%journal, "journal unavailable: answered 503");
+            return ApiError::JournalUnavailable(detail);
+        }
         ApiError::Internal(error.to_string())
     }
 }
@@ -123,6 +143,7 @@ impl From<Refused> for ApiError {
                 ApiError::NotFound(message)
             }
             Refused::ShuttingDown => ApiError::ShuttingDown,
+            Refused::EventTooLarge { .. } => ApiError::EventTooLarge(message),
         }
     }
 }
@@ -146,7 +167,10 @@ impl IntoResponse for ApiError {
         let mut response = (status, Json(body)).into_response();
         if matches!(
             self,
-            ApiError::Busy { .. } | ApiError::ShuttingDown | ApiError::TooManyRequests(_)
+            ApiError::Busy { .. }
+                | ApiError::ShuttingDown
+                | ApiError::TooManyRequests(_)
+                | ApiError::JournalUnavailable(_)
         ) {
             response
                 .headers_mut()

@@ -225,12 +225,41 @@ async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> Response {
     (StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response()
 }
 
+/// `?live=1`: liveness only (the process answers), whatever the journal's state.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct HealthQuery {
+    /// `1` (or `true`): answer `200` while the process runs, without asking the journal.
+    live: Option<String>,
+}
+
 #[utoipa::path(
-    get, path = "/health", tag = "server", summary = "Liveness; never needs the API key", security(()),
-    responses((status = 200, description = "The server is up", body = Health))
+    get, path = "/health", tag = "server", summary = "Readiness (the journal can write) or, with live=1, liveness; never needs the API key", security(()),
+    params(HealthQuery),
+    responses((status = 200, description = "The server is up and its journal can write (with live=1: the process answers)", body = Health),
+        (status = 503, description = "The journal cannot write now (database away, disk full or read-only): error_type journal_unavailable, with Retry-After", body = ErrorBody),
+        (status = 422, description = "A parameter that does not parse or is unknown", body = ErrorBody))
 )]
-async fn health() -> Json<dto::Health> {
-    Json(dto::Health { status: "ok" })
+async fn health(
+    State(state): State<AppState>,
+    extract::Query(query): extract::Query<HealthQuery>,
+) -> Result<Json<dto::Health>, ApiError> {
+    let live = query
+        .live
+        .is_some_and(|live| !matches!(live.as_str(), "0" | "false" | ""));
+    if !live {
+        // One statvfs on sled, one round trip on PostgreSQL (within its timeouts): off
+        // the async threads.
+        let journal = state.runtime.journal().clone();
+        let writable = tokio::task::spawn_blocking(move || journal.writable())
+            .await
+            .map_err(|error| ApiError::Internal(error.to_string()))?;
+        if let Err(error) = writable {
+            let detail = error.unavailable().unwrap_or_else(|| error.to_string());
+            return Err(ApiError::JournalUnavailable(detail));
+        }
+    }
+    Ok(Json(dto::Health { status: "ok" }))
 }
 
 fn find_agent<'a>(runtime: &'a Runtime, agent_id: &str) -> Result<&'a AgentSpec, ApiError> {

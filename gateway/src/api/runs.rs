@@ -93,9 +93,10 @@ pub(super) async fn runs_json(
         (status = 400, description = "An unsupported content type, attachment kind or file type; a JSON object sent as a form", body = ErrorBody),
         (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 404, description = "No such agent", body = ErrorBody),
         (status = 409, description = "The session has a run in flight (multitask_strategy=reject; with stream=true a 200 SSE holding one RunError with error_type session_busy instead), or belongs to another agent", body = ErrorBody),
-        (status = 413, description = "The body is larger than server.max_request_bytes", body = ErrorBody),
+        (status = 413, description = "The body is larger than server.max_request_bytes (payload_too_large), or one of its events (the message, a file) is larger than server.max_event_bytes (event_too_large); nothing was recorded", body = ErrorBody),
         (status = 422, description = "A field or parameter that does not parse, is over its bound, or is unknown", body = ErrorBody),
         (status = 429, description = "The durable queue is full", body = ErrorBody),
+        (status = 503, description = "The journal cannot write now (database away, disk full or read-only): journal_unavailable, with Retry-After; nothing was recorded", body = ErrorBody),
     )
 )]
 pub(super) async fn create_run(
