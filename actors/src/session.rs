@@ -147,6 +147,10 @@ pub(crate) struct SessionActor {
     last_active: Instant,
     /// Set when the journal could not be read: the actor refuses work rather than guess.
     broken: Option<String>,
+    /// Set when the journal could not be reached to take the lease or load the state:
+    /// commands meanwhile get `journal_unavailable`, and the actor stops so the next
+    /// command starts afresh.
+    unavailable: Option<String>,
     /// A `SessionCreated` is on its way to the journal.
     creating: bool,
     /// On a shared journal: this actor holds the session's lease (and gives it back
@@ -247,6 +251,7 @@ impl SessionActor {
             compacting: false,
             last_active: Instant::now(),
             broken: None,
+            unavailable: None,
             creating: false,
             leased: false,
             remote: None,
@@ -288,13 +293,42 @@ impl SessionActor {
         Ok(())
     }
 
+    /// The journal could not be reached at the start: unavailable (a `503` for the
+    /// commands meanwhile, then a fresh actor) or broken.
+    fn set_broken(&mut self, error: &turnstile_journal::Error, ctx: &mut Context<Self>) {
+        match error.unavailable() {
+            Some(detail) => {
+                self.unavailable = Some(detail);
+                ctx.run_later(Duration::from_millis(50), |_, ctx| ctx.stop());
+            }
+            None => {
+                self.broken = Some(error.to_string());
+                if self.shared.cluster {
+                    ctx.run_later(Duration::from_millis(50), |_, ctx| ctx.stop());
+                }
+            }
+        }
+    }
+
+    /// What a command gets from an actor that could not start.
+    fn broken_error(&self) -> Option<RuntimeError> {
+        if let Some(detail) = &self.unavailable {
+            return Some(RuntimeError::Journal(turnstile_journal::Error::Unavailable(
+                detail.clone(),
+            )));
+        }
+        self.broken
+            .as_ref()
+            .map(|reason| RuntimeError::Internal(reason.clone()))
+    }
+
     /// After an append failed: the state is read again as soon as the journal answers
     /// (every second until it does), and what the failure interrupted is resolved, also
     /// when no command comes to ask (a run whose end could not be journaled would
     /// otherwise stay open with no one working on it).
     fn heal(&mut self, ctx: &mut Context<Self>) {
         self.healing = false;
-        if !self.stale || self.fenced || self.broken.is_some() {
+        if !self.stale || self.fenced || self.broken.is_some() || self.unavailable.is_some() {
             return;
         }
         if self.in_flight.is_some() || self.electing || self.compacting {
@@ -646,7 +680,12 @@ impl SessionActor {
 
     /// Elects the head of the queue when the session is free, then waits for a slot.
     fn pump(&mut self, ctx: &mut Context<Self>) {
-        if self.in_flight.is_some() || self.electing || self.compacting || self.broken.is_some() {
+        if self.in_flight.is_some()
+            || self.electing
+            || self.compacting
+            || self.broken.is_some()
+            || self.unavailable.is_some()
+        {
             return;
         }
         if let Err(error) = self.ensure_fresh(ctx) {
@@ -1095,8 +1134,7 @@ impl Actor for SessionActor {
                 Err(error) => {
                     // Commands meanwhile get the error; the next one starts afresh.
                     tracing::error!(session_id = %self.session_id, %error, "session lease unavailable");
-                    self.broken = Some(error.to_string());
-                    ctx.run_later(Duration::from_millis(50), |_, ctx| ctx.stop());
+                    self.set_broken(&error, ctx);
                     return;
                 }
             }
@@ -1105,7 +1143,10 @@ impl Actor for SessionActor {
             Ok(state) => self.state = state,
             Err(error) => {
                 tracing::error!(session_id = %self.session_id, %error, "session stream unreadable");
-                self.broken = Some(error.to_string());
+                match error {
+                    RuntimeError::Journal(error) => self.set_broken(&error, ctx),
+                    other => self.broken = Some(other.to_string()),
+                }
                 return;
             }
         }
@@ -1175,8 +1216,8 @@ impl Handler<StartRunMsg> for SessionActor {
         if let Some(owner) = self.remote.clone() {
             return Box::pin(fut::ready(Err(self.elsewhere(&owner, ctx))));
         }
-        if let Some(reason) = &self.broken {
-            return Box::pin(fut::ready(Err(RuntimeError::Internal(reason.clone()))));
+        if let Some(error) = self.broken_error() {
+            return Box::pin(fut::ready(Err(error)));
         }
         if let Err(error) = self.ensure_fresh(ctx) {
             return Box::pin(fut::ready(Err(error)));
@@ -1356,7 +1397,9 @@ impl Handler<RunFinishedMsg> for SessionActor {
             }
             self.shared.remove_live(&finished.run_id);
             self.stale = true;
-            self.heal(ctx);
+            // Not at once: while the journal refuses everything, a run resumed now would
+            // fail again at its first append, in a tight loop.
+            self.heal_later(ctx);
             return;
         }
         self.end_run(finished.run_id, finished.terminal, Some(finished.slot), ctx);
@@ -1374,6 +1417,9 @@ impl Handler<CancelRunMsg> for SessionActor {
         self.last_active = Instant::now();
         if let Some(owner) = self.remote.clone() {
             return Err(self.elsewhere(&owner, ctx));
+        }
+        if let Some(error) = self.broken_error() {
+            return Err(error);
         }
         self.ensure_fresh(ctx)?;
         if let Some(in_flight) = self.in_flight.as_ref().filter(|f| f.run_id == run_id) {
@@ -1409,8 +1455,8 @@ impl Handler<CompactMsg> for SessionActor {
         if let Some(owner) = self.remote.clone() {
             return ready(Err(self.elsewhere(&owner, ctx)));
         }
-        if let Some(reason) = &self.broken {
-            return ready(Err(RuntimeError::Internal(reason.clone())));
+        if let Some(error) = self.broken_error() {
+            return ready(Err(error));
         }
         if let Err(error) = self.ensure_fresh(ctx) {
             return ready(Err(error));
@@ -1537,8 +1583,8 @@ impl Handler<DeleteSessionMsg> for SessionActor {
         if let Some(owner) = self.remote.clone() {
             return Box::pin(fut::ready(Err(self.elsewhere(&owner, ctx))));
         }
-        if let Some(reason) = &self.broken {
-            return Box::pin(fut::ready(Err(RuntimeError::Internal(reason.clone()))));
+        if let Some(error) = self.broken_error() {
+            return Box::pin(fut::ready(Err(error)));
         }
         if let Err(error) = self.ensure_fresh(ctx) {
             return Box::pin(fut::ready(Err(error)));

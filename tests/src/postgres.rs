@@ -23,6 +23,8 @@ pub struct Cluster {
     pub user: String,
     /// Where `createdb` is.
     bin: PathBuf,
+    /// The cluster's data directory, server options and log, when the tests started it.
+    owned: Option<(PathBuf, String, PathBuf)>,
 }
 
 fn bin_dir() -> Option<PathBuf> {
@@ -141,8 +143,48 @@ fn start() -> Result<Cluster, String> {
     Ok(Cluster {
         port,
         user: "postgres".into(),
+        owned: Some((data, options, dir.join("log"))),
         bin,
     })
+}
+
+/// Stops the test binary's cluster at once (`pg_ctl stop -m immediate`): the database
+/// goes away under its clients. Panics on a cluster the tests did not start.
+pub fn stop_cluster() {
+    let cluster = cluster().expect("a cluster");
+    let (data, _, _) = cluster.owned.as_ref().expect("a cluster the tests started");
+    let stopped = as_owner(&cluster.bin.join("pg_ctl"))
+        .arg("-D")
+        .arg(data)
+        .args(["-m", "immediate", "-w", "stop"])
+        .stdout(Stdio::null())
+        .output()
+        .expect("pg_ctl runs");
+    assert!(
+        stopped.status.success(),
+        "pg_ctl stop: {}",
+        String::from_utf8_lossy(&stopped.stderr)
+    );
+}
+
+/// Starts the cluster [`stop_cluster`] stopped, on the same port.
+pub fn start_cluster() {
+    let cluster = cluster().expect("a cluster");
+    let (data, options, log) = cluster.owned.as_ref().expect("a cluster the tests started");
+    let started = as_owner(&cluster.bin.join("pg_ctl"))
+        .arg("-D")
+        .arg(data)
+        .args(["-w", "-t", "60", "-l"])
+        .arg(log)
+        .args(["-o", options, "start"])
+        .stdout(Stdio::null())
+        .output()
+        .expect("pg_ctl runs");
+    assert!(
+        started.status.success(),
+        "pg_ctl start: {}",
+        String::from_utf8_lossy(&started.stderr)
+    );
 }
 
 use std::os::unix::process::CommandExt;
@@ -164,6 +206,7 @@ fn cluster() -> Option<&'static Cluster> {
                 port,
                 user,
                 bin: bin_dir().unwrap_or_else(|| PathBuf::from("/usr/bin")),
+                owned: None,
             });
         }
         start()
