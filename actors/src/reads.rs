@@ -126,8 +126,12 @@ fn fold_and_store(journal: &Journal, session_id: &SessionId) -> Result<SessionSt
     for run in &state.runs {
         store_run(journal, &state, run);
     }
-    // A run in flight leaves the session's stored form to the actor, at its end.
-    if state.open_runs().all(|run| run.attempts == 0) {
+    // A run in flight leaves the session's stored form to the actor, at its end:
+    // `SessionState::resume` takes every open run as pending.
+    if state
+        .open_runs()
+        .all(|run| run.status == turnstile_projections::RunStatus::Pending)
+    {
         store_session(journal, &state);
     }
     Ok(state)

@@ -384,6 +384,7 @@ impl SessionActor {
                     Ok(Err(conflict)) => {
                         tracing::error!(session_id = %actor.session_id, %conflict, "recovery not journaled");
                         actor.stale = true;
+                        actor.heal_later(ctx);
                     }
                     Err(error) => {
                         tracing::error!(session_id = %actor.session_id, %error, "recovery not journaled");
