@@ -1,7 +1,7 @@
 //! Architecture invariants of `docs/ARCHITECTURE.md`, checked from the manifests and
 //! sources so they cannot rot: the dependency direction between crates, the libraries
 //! reserved to one crate, versions only in the workspace, a `//!` doc atop every
-//! Rust file, and `unsafe` in one place only.
+//! Rust file, `unsafe` in one place only, and fault injection in the tests only.
 
 use std::path::{Path, PathBuf};
 
@@ -86,6 +86,35 @@ fn reserved_libraries_are_named_by_their_crate_only() {
                 }
             }
         }
+    }
+    assert!(violations.is_empty(), "{violations:?}");
+}
+
+/// The fault search's injection (`turnstile-journal`'s `faults` feature) is enabled by
+/// the tests' dev-dependencies only: no build of the binary or of a library has it.
+#[test]
+fn fault_injection_is_enabled_by_the_tests_only() {
+    let mut violations = Vec::new();
+    for krate in CRATES {
+        let table = manifest(krate);
+        for section in ["dependencies", "dev-dependencies", "build-dependencies"] {
+            let Some(deps) = table.get(section).and_then(|v| v.as_table()) else {
+                continue;
+            };
+            for (name, spec) in deps {
+                let enables = spec
+                    .get("features")
+                    .and_then(|f| f.as_array())
+                    .is_some_and(|f| f.iter().any(|f| f.as_str() == Some("faults")));
+                if enables && !(krate == "tests" && section == "dev-dependencies") {
+                    violations.push(format!("{krate} [{section}] {name} enables faults"));
+                }
+            }
+        }
+    }
+    let root_manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    if root_manifest.contains("\"faults\"") {
+        violations.push("the workspace manifest enables faults".into());
     }
     assert!(violations.is_empty(), "{violations:?}");
 }
