@@ -170,6 +170,9 @@ pub(crate) struct SessionActor {
     stale: bool,
     /// A [`SessionActor::heal`] is due.
     healing: bool,
+    /// Runs whose end is being journaled: a state read again meanwhile may not show
+    /// the end yet, and must not take them for runs no one works on.
+    ending: HashSet<RunId>,
 }
 
 /// A run accepted.
@@ -259,6 +262,7 @@ impl SessionActor {
             unfolded: BTreeMap::new(),
             stale: false,
             healing: false,
+            ending: HashSet::new(),
         }
     }
 
@@ -591,6 +595,7 @@ impl SessionActor {
             .iter()
             .map(|queued| queued.run_id.clone())
             .chain(self.in_flight.iter().map(|f| f.run_id.clone()))
+            .chain(self.ending.iter().cloned())
             .collect();
         let queued_before = self.queue.len();
         let open: Vec<_> = self
@@ -1005,6 +1010,7 @@ impl SessionActor {
         if let Some(in_flight) = self.in_flight.as_mut().filter(|f| f.run_id == run_id) {
             in_flight.ending = true;
         }
+        self.ending.insert(run_id.clone());
         ctx.spawn(
             async move {
                 let appended = journal
@@ -1029,6 +1035,7 @@ impl SessionActor {
                     // The slot frees only once the run's end is journaled, so the journal
                     // never shows more runs executing than there are slots.
                     drop(slot);
+                    actor.ending.remove(&run_id);
                     if let Some(in_flight) = actor.in_flight.take_if(|f| f.run_id == run_id) {
                         actor.remove_staged(&in_flight.staged);
                     }
