@@ -274,7 +274,7 @@ impl SessionActor {
         if !self.stale || self.fenced || self.remote.is_some() {
             return Ok(());
         }
-        let state = reads::load_session(&self.shared.journal, &self.session_id)?;
+        let state = reads::load_whole_session(&self.shared.journal, &self.session_id)?;
         tracing::warn!(session_id = %self.session_id, next_seq = state.next_seq, "session state read again from the journal after an append failed");
         self.state = state;
         self.stale = false;
@@ -317,9 +317,9 @@ impl SessionActor {
     /// What a command gets from an actor that could not start.
     fn broken_error(&self) -> Option<RuntimeError> {
         if let Some(detail) = &self.unavailable {
-            return Some(RuntimeError::Journal(turnstile_journal::Error::Unavailable(
-                detail.clone(),
-            )));
+            return Some(RuntimeError::Journal(
+                turnstile_journal::Error::Unavailable(detail.clone()),
+            ));
         }
         self.broken
             .as_ref()
@@ -1147,7 +1147,7 @@ impl Actor for SessionActor {
                 }
             }
         }
-        match reads::load_session(&self.shared.journal, &self.session_id) {
+        match reads::load_whole_session(&self.shared.journal, &self.session_id) {
             Ok(state) => self.state = state,
             Err(error) => {
                 tracing::error!(session_id = %self.session_id, %error, "session stream unreadable");

@@ -300,6 +300,18 @@ impl Journal {
         }
     }
 
+    /// The next sequence of a session's stream as committed, readable or not yet: on
+    /// PostgreSQL a committed record is read only once it has its global position,
+    /// which a moment later; on sled every committed record is readable
+    /// ([`Journal::session_next_seq`]). A reader that must hold every record of a
+    /// stream (an actor taking a session over) reads until it reaches this.
+    pub fn session_committed_seq(&self, session_id: &SessionId) -> Result<Seq, Error> {
+        match &self.backend {
+            Backend::Sled(sled) => sled.session_next_seq(session_id),
+            Backend::Postgres(pg) => pg.session_committed_seq(session_id),
+        }
+    }
+
     /// The session a run belongs to, if the run was ever queued.
     pub fn session_of_run(&self, run_id: &RunId) -> Result<Option<SessionId>, Error> {
         match &self.backend {

@@ -103,3 +103,7 @@ pub const JOURNAL_DISK_RESERVE_BYTES: u64 = 4 * SLED_SEGMENT_BYTES as u64;
 /// How long a PostgreSQL journal waits for a connection (from its pool, or a new one)
 /// before it answers that the database is away, in milliseconds.
 pub const POSTGRES_WAIT_MS: u64 = 3_000;
+/// How long an actor taking a session waits for the session's committed records to be
+/// readable (on PostgreSQL a record is read once it has its global position), in
+/// milliseconds; past it the command is answered as unavailable.
+pub const SESSION_CATCH_UP_MS: u64 = 3_000;

@@ -586,6 +586,22 @@ impl PgJournal {
         })
     }
 
+    /// The stream's head as committed (positioned or not).
+    pub(crate) fn session_committed_seq(&self, session_id: &SessionId) -> Result<Seq, Error> {
+        let pool = self.inner.pool.clone();
+        let session = session_id.as_str().to_owned();
+        self.block(async move {
+            let client = pool.get().await?;
+            let row = client
+                .query_opt(
+                    "SELECT next_seq FROM turnstile.streams WHERE session_id = $1",
+                    &[&session],
+                )
+                .await?;
+            Ok(Seq(row.map_or(0, |row| row.get::<_, i64>(0)) as u64))
+        })
+    }
+
     pub(crate) fn session_of_run(&self, run_id: &RunId) -> Result<Option<SessionId>, Error> {
         let pool = self.inner.pool.clone();
         let run = run_id.as_str().to_owned();

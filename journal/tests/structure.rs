@@ -101,7 +101,11 @@ fn a_sound_stream_passes() {
 #[test]
 fn each_broken_rule_is_named_at_its_record() {
     let cases: Vec<(Vec<Event>, u64, &str)> = vec![
-        (sound()[1..].to_vec(), 0, "does not begin with SessionCreated"),
+        (
+            sound()[1..].to_vec(),
+            0,
+            "does not begin with SessionCreated",
+        ),
         (
             [&sound()[..4], &[started()], &sound()[4..]].concat(),
             4,
@@ -122,8 +126,16 @@ fn each_broken_rule_is_named_at_its_record() {
             5,
             "event index 3 where 1 was expected",
         ),
-        ([sound(), vec![emitted(3)]].concat(), 9, "after the run ended"),
-        ([sound(), vec![completed()]].concat(), 9, "after the run ended"),
+        (
+            [sound(), vec![emitted(3)]].concat(),
+            9,
+            "after the run ended",
+        ),
+        (
+            [sound(), vec![completed()]].concat(),
+            9,
+            "after the run ended",
+        ),
         (vec![created(), started()], 1, "before the run was queued"),
         (
             vec![created(), queued(), attempt(1)],

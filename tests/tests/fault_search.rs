@@ -332,6 +332,10 @@ impl Search {
             if open.is_empty() {
                 break;
             }
+            if Instant::now() >= deadline {
+                let journal = self.runtime().journal();
+                print_session(journal, &open[0].1, u64::MAX);
+            }
             assert!(
                 Instant::now() < deadline,
                 "seed {}: runs left open (a ghost): {open:?}",
@@ -341,6 +345,7 @@ impl Search {
         }
         self.crash().await;
         let journal = self.store.journal();
+        every_record_readable(&journal).await;
         check_journal(self.seed, &journal, &self.told.lock().unwrap());
         drop(journal);
         if last {
@@ -348,6 +353,25 @@ impl Search {
                 "seed {}: {} crashes, {} faults injected, {} connection cuts",
                 self.seed, self.crashes, self.injected, self.cuts
             );
+        }
+    }
+}
+
+/// Waits until every committed record is readable: on PostgreSQL a record is read once
+/// it has its global position, given a moment after its commit (the last commits of a
+/// halted runtime are positioned by the next journal opened).
+async fn every_record_readable(journal: &Journal) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for n in 0..SESSIONS {
+        let session_id = session(n);
+        while journal.session_next_seq(&session_id).unwrap()
+            < journal.session_committed_seq(&session_id).unwrap()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "records of {session_id} never readable"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 }
@@ -368,6 +392,7 @@ fn check_journal(seed: u64, journal: &Journal, told: &Told) {
         "seed {seed}: journal verify: {verified:?}"
     );
     let mut queued = HashSet::new();
+    let mut sessions = HashMap::new();
     let mut ended = HashSet::new();
     let mut emitted: HashMap<(RunId, u64), &'static str> = HashMap::new();
     for record in journal.read_from(JournalPos(0)) {
@@ -375,6 +400,7 @@ fn check_journal(seed: u64, journal: &Journal, told: &Told) {
         match &record.event {
             Event::RunQueued { run_id, .. } => {
                 queued.insert(run_id.clone());
+                sessions.insert(run_id.clone(), record.session_id.clone());
             }
             Event::RunEventEmitted {
                 run_id,
@@ -394,6 +420,9 @@ fn check_journal(seed: u64, journal: &Journal, told: &Told) {
             queued.contains(run_id),
             "seed {seed}: acknowledged run {run_id} is not in the journal"
         );
+        if !ended.contains(run_id) {
+            print_session(journal, &sessions[run_id], u64::MAX);
+        }
         assert!(
             ended.contains(run_id),
             "seed {seed}: acknowledged run {run_id} never ended"
@@ -424,9 +453,14 @@ fn print_story(journal: &Journal, pos: JournalPos) {
     let Some(bad) = journal.read_from(pos).next().and_then(Result::ok) else {
         return;
     };
-    println!("session {} up to position {}:", bad.session_id, pos.0);
+    print_session(journal, &bad.session_id, pos.0 + 5);
+}
+
+/// One line a record of `session_id`'s stream, up to position `until`.
+fn print_session(journal: &Journal, session_id: &SessionId, until: u64) {
+    println!("session {session_id} up to position {until}:");
     for record in journal.read_from(JournalPos(0)).flatten() {
-        if record.session_id != bad.session_id || record.pos.0 > pos.0 + 5 {
+        if &record.session_id != session_id || record.pos.0 > until {
             continue;
         }
         let run = record

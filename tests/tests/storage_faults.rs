@@ -135,12 +135,15 @@ impl Tmpfs {
             }
         }
     }
-
 }
 
 fn run(command: &mut Command) {
     let out = command.output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Turns `dir` read-only for every path under it: a read-only bind mount of it over
@@ -148,7 +151,9 @@ fn run(command: &mut Command) {
 /// open for writing on it; a fresh bind mount has no writer yet).
 fn turn_read_only(dir: &Path) {
     run(Command::new("mount").arg("--bind").arg(dir).arg(dir));
-    run(Command::new("mount").args(["-o", "remount,bind,ro"]).arg(dir));
+    run(Command::new("mount")
+        .args(["-o", "remount,bind,ro"])
+        .arg(dir));
 }
 
 /// Undoes [`turn_read_only`].
@@ -192,7 +197,10 @@ async fn refused_while_unavailable(server: &Server, session: &str, says: &str) {
     assert_eq!(live.status(), 200);
     let started = Instant::now();
     let refused = post_run(server, session, "/tool Read {}\n/reply no room").await;
-    assert!(started.elapsed() < Duration::from_secs(5), "answered at once");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "answered at once"
+    );
     let status = refused.status();
     let retry_after = refused.headers().contains_key("retry-after");
     let body: Value = refused.json().await.unwrap();
@@ -212,7 +220,11 @@ async fn a_full_or_read_only_disk_is_503_and_the_same_process_recovers() {
         return;
     };
     let data = tmpfs.0.join("data");
-    let config = write_config(dir.path(), "", "retries = 2\ndelay_between_retries_s = 0.05");
+    let config = write_config(
+        dir.path(),
+        "",
+        "retries = 2\ndelay_between_retries_s = 0.05",
+    );
     let args = ["--config", config.to_str().unwrap()];
     let server = Server::start_with(&data, &args);
     let ok = post_run(&server, "disk", "/tool Read {}\n/reply fine").await;
@@ -227,7 +239,10 @@ async fn a_full_or_read_only_disk_is_503_and_the_same_process_recovers() {
             client
                 .post(url)
                 .form(&[
-                    ("message", "/sleep 1500\n/tool Read {}\n/reply after the fault"),
+                    (
+                        "message",
+                        "/sleep 1500\n/tool Read {}\n/reply after the fault",
+                    ),
                     ("session_id", "in-flight"),
                     ("background", "true"),
                     ("stream", "false"),
@@ -248,7 +263,11 @@ async fn a_full_or_read_only_disk_is_503_and_the_same_process_recovers() {
         .arg(&filler)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let accepted = in_flight.await.unwrap();
     let run_id = accepted["run_id"].as_str().unwrap().to_owned();
     refused_while_unavailable(&server, "disk", "no space left").await;
@@ -281,7 +300,10 @@ async fn a_full_or_read_only_disk_is_503_and_the_same_process_recovers() {
         if ["COMPLETED", "ERROR"].contains(&status.as_str()) {
             break;
         }
-        assert!(Instant::now() < deadline, "the interrupted run stays {status}");
+        assert!(
+            Instant::now() < deadline,
+            "the interrupted run stays {status}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     server.terminate();
