@@ -107,3 +107,6 @@ pub const POSTGRES_WAIT_MS: u64 = 3_000;
 /// readable (on PostgreSQL a record is read once it has its global position), in
 /// milliseconds; past it the command is answered as unavailable.
 pub const SESSION_CATCH_UP_MS: u64 = 3_000;
+/// How often each PostgreSQL replica positions finished records no appender positioned
+/// (a process killed between its commit and its positioning), in milliseconds.
+pub const POSITION_TAIL_MS: u64 = 250;

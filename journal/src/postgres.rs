@@ -1791,6 +1791,7 @@ async fn position(
 /// their records.
 async fn follower(inner: std::sync::Weak<Inner>) {
     let mut cursor: Option<u64> = None;
+    let mut last_tail = Instant::now();
     loop {
         let (appended, pool) = match inner.upgrade() {
             Some(inner) if !inner.closed.load(Ordering::SeqCst) => {
@@ -1803,12 +1804,34 @@ async fn follower(inner: std::sync::Weak<Inner>) {
         let Some(strong) = inner.upgrade() else {
             return;
         };
+        if last_tail.elapsed() >= Duration::from_millis(limits::POSITION_TAIL_MS) {
+            last_tail = Instant::now();
+            if let Err(error) = position_tail(&pool).await {
+                tracing::debug!(%error, "positioning the journal's tail failed; retrying");
+            }
+        }
         let followed = follow_once(&strong, &pool, &mut cursor).await;
         if let Err(error) = followed {
             tracing::warn!(%error, "following the PostgreSQL journal failed; retrying");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+}
+
+/// Positions the records of finished transactions that no appender positioned: an
+/// appender positions its own records (and every finished one before them) right after
+/// its commit, but a process killed between the two leaves its last commit unpositioned,
+/// so unreadable, until the next append anywhere; on a journal that goes idle then,
+/// nobody would. Cheap when nothing waits (a partial index of unpositioned records).
+async fn position_tail(pool: &Pool) -> Result<(), Error> {
+    let client = pool.get().await?;
+    let statement = client
+        .prepare_cached("SELECT turnstile.position_records($1, $2, $3)")
+        .await?;
+    client
+        .query_one(&statement, &[&"", &-1i64, &POSITION_BATCH])
+        .await?;
+    Ok(())
 }
 
 async fn follow_once(inner: &Inner, pool: &Pool, cursor: &mut Option<u64>) -> Result<(), Error> {
