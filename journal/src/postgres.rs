@@ -151,7 +151,20 @@ impl From<tokio_postgres::Error> for Error {
             {
                 Error::Unavailable(format!("{} ({})", database_away(), db.message()))
             }
-            None if error.is_closed() || std::error::Error::source(&error).is_some() => {
+            // The driver's connection-level kinds (connect, I/O, closed, timeout), not a
+            // conversion or a bug of ours.
+            None if error.is_closed()
+                || std::error::Error::source(&error)
+                    .is_some_and(|cause| cause.downcast_ref::<std::io::Error>().is_some())
+                || [
+                    "error connecting",
+                    "error communicating",
+                    "connection closed",
+                    "timeout waiting",
+                ]
+                .iter()
+                .any(|kind| error.to_string().starts_with(kind)) =>
+            {
                 let cause = std::error::Error::source(&error)
                     .map(|cause| format!(": {cause}"))
                     .unwrap_or_default();
