@@ -111,6 +111,9 @@ pub(crate) struct Finished {
     /// An append of the task failed: what the journal took of it is not known here, so
     /// the session's state is read again from the journal (crash-only).
     pub journal_failed: bool,
+    /// The failed append was refused because this replica lost the session's lease:
+    /// the actor stops working on the session (the session's next owner resolves it).
+    pub fenced: bool,
 }
 
 /// Where a run task shows its session actor each batch it journaled, as soon as it is
@@ -185,6 +188,8 @@ pub(crate) struct RunTask {
     pub appended: AppendedSink,
     /// An append failed (see [`Finished::journal_failed`]).
     pub journal_failed: bool,
+    /// It was refused for a lost lease (see [`Finished::fenced`]).
+    pub fenced: bool,
 }
 
 enum AttemptEnd {
@@ -209,6 +214,7 @@ impl RunTask {
                 terminal,
                 slot: self.slot,
                 journal_failed: self.journal_failed,
+                fenced: self.fenced,
             };
         }
         let mut first_failure: Option<String> = None;
@@ -303,6 +309,7 @@ impl RunTask {
                 terminal: Vec::new(),
                 slot: self.slot,
                 journal_failed: true,
+                fenced: self.fenced,
             };
         }
         // Whatever is still held (a turn that failed at once, or a finished turn's last
@@ -320,6 +327,7 @@ impl RunTask {
             terminal,
             slot: self.slot,
             journal_failed: self.journal_failed,
+            fenced: self.fenced,
         }
     }
 
@@ -598,6 +606,7 @@ impl RunTask {
                 // What the journal took of it is not known (a connection that dropped
                 // during the commit, say): nothing more is written from here.
                 self.journal_failed = true;
+                self.fenced |= matches!(error, turnstile_journal::Error::Fenced { .. });
                 error.to_string()
             }
         };

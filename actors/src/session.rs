@@ -865,6 +865,7 @@ impl SessionActor {
                 Box::new(move |records| address.do_send(RecordsAppended(records)))
             },
             journal_failed: false,
+            fenced: false,
         };
         let address = ctx.address();
         actix::spawn(async move {
@@ -1176,8 +1177,11 @@ impl Actor for SessionActor {
                     50
                 }));
         ctx.run_interval(check_every, move |actor, ctx| {
+            // A stale actor stays to resolve what the failure interrupted (its heal), but
+            // on a shared journal it gives the session back: whichever replica takes the
+            // session next reads it whole and resolves its open runs.
             let idle_now = actor.in_flight.is_none()
-                && !actor.stale
+                && (!actor.stale || actor.shared.cluster)
                 && actor.queue.is_empty()
                 && !actor.electing
                 && !actor.compacting
@@ -1404,6 +1408,13 @@ impl Handler<RunFinishedMsg> for SessionActor {
                 self.remove_staged(&in_flight.staged);
             }
             self.shared.remove_live(&finished.run_id);
+            if finished.fenced {
+                // This replica lost the lease: the session's next owner resolves the run.
+                if self.leased && !self.fenced {
+                    self.fence(ctx);
+                }
+                return;
+            }
             self.stale = true;
             // Not at once: while the journal refuses everything, a run resumed now would
             // fail again at its first append, in a tight loop.

@@ -367,7 +367,14 @@ async fn a_database_outage_is_503_and_both_replicas_recover() {
             if ["COMPLETED", "ERROR"].contains(&status.as_str()) {
                 break;
             }
-            assert!(Instant::now() < deadline, "run {run_id} stays {status}");
+            if Instant::now() >= deadline {
+                for (name, server) in [("a", &a), ("b", &b)] {
+                    for line in server.logs() {
+                        println!("{name}: {line}");
+                    }
+                }
+                panic!("run {run_id} stays {status}");
+            }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
