@@ -55,18 +55,19 @@ impl Handler<WakeSession> for Registry {
     }
 }
 
-/// This replica lost every lease: every session actor stops its turn and writes nothing
-/// more.
+/// This replica lost every lease it held before its heartbeat's lapse number `.0`:
+/// every session actor that took its lease before that lapse stops its turn and writes
+/// nothing more (one that took it since, under the new registration, goes on).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct FenceAll;
+pub(crate) struct FenceAll(pub u64);
 
 impl Handler<FenceAll> for Registry {
     type Result = ();
 
-    fn handle(&mut self, _: FenceAll, _: &mut Self::Context) {
+    fn handle(&mut self, FenceAll(lapse): FenceAll, _: &mut Self::Context) {
         for address in self.sessions.values() {
-            address.do_send(Fence);
+            address.do_send(Fence(lapse));
         }
     }
 }

@@ -201,8 +201,8 @@ impl Runtime {
                         }
                         let runtime = Runtime { inner };
                         if lapses.has_changed().unwrap_or(false) {
-                            lapses.borrow_and_update();
-                            runtime.inner.registry.do_send(FenceAll);
+                            let lapse = *lapses.borrow_and_update();
+                            runtime.inner.registry.do_send(FenceAll(lapse));
                         }
                         match runtime.journal().take_commands() {
                             Ok(commands) => {

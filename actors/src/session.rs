@@ -156,6 +156,9 @@ pub(crate) struct SessionActor {
     /// On a shared journal: this actor holds the session's lease (and gives it back
     /// when it stops).
     leased: bool,
+    /// The heartbeat's lapse number when the lease was taken: a lapse notice with a
+    /// higher number fences this actor, an older one does not.
+    leased_before: u64,
     /// On a shared journal: another live replica holds the session; this actor only
     /// answers who, and what the session is busy with, then stops.
     remote: Option<String>,
@@ -190,17 +193,20 @@ pub(crate) struct StartRunMsg(pub StartRun);
 #[rtype(result = "Result<bool, RuntimeError>")]
 pub(crate) struct CancelRunMsg(pub RunId);
 
-/// This replica lost every lease (its heartbeat lapsed): stop the session's turn and
-/// write nothing more.
+/// This replica lost every lease it held before its heartbeat's lapse number `.0`:
+/// stop the session's turn and write nothing more, if this actor's lease is that old
+/// (the notice comes a moment after the lapse, and an actor that took the session over
+/// since holds a lease of the new registration: fencing it would leave the session
+/// held by a live replica and worked on by no one).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct Fence;
+pub(crate) struct Fence(pub u64);
 
 impl Handler<Fence> for SessionActor {
     type Result = ();
 
-    fn handle(&mut self, _: Fence, ctx: &mut Self::Context) {
-        if self.leased && !self.fenced {
+    fn handle(&mut self, Fence(lapse): Fence, ctx: &mut Self::Context) {
+        if self.leased && !self.fenced && lapse >= self.leased_before {
             self.fence(ctx);
         }
     }
@@ -257,6 +263,7 @@ impl SessionActor {
             unavailable: None,
             creating: false,
             leased: false,
+            leased_before: 0,
             remote: None,
             fenced: false,
             unfolded: BTreeMap::new(),
@@ -1138,7 +1145,11 @@ impl Actor for SessionActor {
             // it holds the lease, and loads the session after taking it (another replica
             // may have written since).
             match self.shared.journal.lease(&self.session_id) {
-                Ok(turnstile_journal::Lease::Held) => self.leased = true,
+                Ok(turnstile_journal::Lease::Held) => {
+                    self.leased = true;
+                    // A lapse noticed from now on is a later one.
+                    self.leased_before = *self.shared.journal.lapses().borrow() + 1;
+                }
                 Ok(turnstile_journal::Lease::OwnedBy(owner)) => self.remote = Some(owner),
                 Err(error) => {
                     // Commands meanwhile get the error; the next one starts afresh.
