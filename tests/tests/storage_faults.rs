@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use turnstile_tests::{Server, http_client, turnstile, write_config};
+use turnstile_tests::{Server, get_json, http_client, turnstile, write_config};
 
 /// `journal verify` (its structural rules too) and `journal rebuild` exit 0 at `place`.
 fn journal_is_sound(place: &[&str]) {
@@ -82,14 +82,7 @@ async fn a_message_too_large_for_the_journal_is_413_and_the_session_is_as_before
     assert_eq!(streamed.status(), 413);
     server.terminate();
     let server = Server::start_with(&data, &args);
-    let runs: Value = http_client()
-        .get(server.url("/sessions/big/runs"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let runs = get_json(&server, "/sessions/big/runs").await;
     assert_eq!(runs.as_array().map(Vec::len), Some(1), "{runs}");
     server.terminate();
     journal_is_sound(&["--data-dir", data.to_str().unwrap()]);
@@ -213,6 +206,28 @@ async fn refused_while_unavailable(server: &Server, session: &str, says: &str) {
     );
 }
 
+/// Waits (60 s at most) until the run, read on the first server, has ended; else
+/// prints every server's log and fails.
+async fn ends(servers: &[&Server], run_id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let run = get_json(servers[0], &format!("/agents/scripted/runs/{run_id}")).await;
+        let status = run["status"].as_str().unwrap_or_default().to_owned();
+        if ["COMPLETED", "ERROR"].contains(&status.as_str()) {
+            return;
+        }
+        if Instant::now() >= deadline {
+            for (n, server) in servers.iter().enumerate() {
+                for line in server.logs() {
+                    println!("server {n}: {line}");
+                }
+            }
+            panic!("run {run_id} stays {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_or_read_only_disk_is_503_and_the_same_process_recovers() {
     let dir = tempfile::tempdir().unwrap();
@@ -286,26 +301,7 @@ async fn a_full_or_read_only_disk_is_503_and_the_same_process_recovers() {
     assert_eq!(ok.status(), 200);
 
     // The run the fault interrupted ended, once.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let run: Value = http_client()
-            .get(server.url(&format!("/agents/scripted/runs/{run_id}")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let status = run["status"].as_str().unwrap_or_default().to_owned();
-        if ["COMPLETED", "ERROR"].contains(&status.as_str()) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the interrupted run stays {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    ends(&[&server], &run_id).await;
     server.terminate();
     journal_is_sound(&["--data-dir", data.to_str().unwrap()]);
     drop(tmpfs);
@@ -354,29 +350,8 @@ async fn a_database_outage_is_503_and_both_replicas_recover() {
         health_becomes(server, 200).await;
     }
     // Every run ends, on whichever replica; each exactly once (verify's rules).
-    let deadline = Instant::now() + Duration::from_secs(60);
     for run_id in &runs {
-        loop {
-            let response = http_client()
-                .get(a.url(&format!("/agents/scripted/runs/{run_id}")))
-                .send()
-                .await
-                .unwrap();
-            let run: Value = response.json().await.unwrap_or(Value::Null);
-            let status = run["status"].as_str().unwrap_or_default().to_owned();
-            if ["COMPLETED", "ERROR"].contains(&status.as_str()) {
-                break;
-            }
-            if Instant::now() >= deadline {
-                for (name, server) in [("a", &a), ("b", &b)] {
-                    for line in server.logs() {
-                        println!("{name}: {line}");
-                    }
-                }
-                panic!("run {run_id} stays {status}");
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        ends(&[&a, &b], run_id).await;
     }
     let ok = post_run(&b, "pg-new", "/reply the database is back").await;
     assert_eq!(ok.status(), 200);
