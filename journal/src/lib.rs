@@ -20,9 +20,10 @@ mod journal;
 pub mod limits;
 pub mod portable;
 mod postgres;
-mod store;
+mod sled;
 pub mod structure;
 mod subscription;
+mod types;
 pub mod verify;
 
 pub use codec::{FORMAT_VERSION, Hash, RecordBody};
@@ -30,11 +31,11 @@ pub use event::{Event, RunEvent, ToolCall, Warning};
 pub use ids::{EventIndex, IdError, JournalPos, RunId, Seq, SessionId};
 pub use journal::{AppendResult, Journal, QueuedAppend, Records, SessionEvents};
 pub use postgres::{Command, Lease, PostgresOptions};
-pub use store::{
+pub use subscription::Subscription;
+pub use types::{
     AgentRun, AppendQueueFull, Conflict, Expected, IndexedStatus, JournalOptions, Recorded,
     SYNC_BUCKETS_US, SessionEntry, SessionEvent, StatsSnapshot,
 };
-pub use subscription::Subscription;
 pub use verify::{Corruption, VerifyReport};
 
 /// The failure classes of the journal. Expected outcomes (a sequence conflict, a
@@ -125,10 +126,10 @@ impl Error {
     }
 }
 
-impl From<sled::Error> for Error {
-    fn from(error: sled::Error) -> Self {
+impl From<::sled::Error> for Error {
+    fn from(error: ::sled::Error) -> Self {
         match error {
-            sled::Error::Io(io) => Error::Io(io),
+            ::sled::Error::Io(io) => Error::Io(io),
             other => Error::Store(other.to_string()),
         }
     }

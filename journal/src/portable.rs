@@ -15,7 +15,8 @@ use serde::{Deserialize, Serialize};
 use crate::codec::{self, Hash, ManifestEntry, Run};
 use crate::event::Event;
 use crate::ids::{JournalPos, Seq, SessionId};
-use crate::store::{self, Recorded};
+use crate::sled::{self as store};
+use crate::types::Recorded;
 use crate::{Error, JournalOptions, limits};
 
 /// Records written per sled batch (one segment) while importing, at most; a segment
@@ -104,7 +105,7 @@ struct Pending {
     records: Vec<Vec<u8>>,
     bytes: usize,
     /// Runs queued in this batch, for the indexes of their later events.
-    staged_runs: crate::store::StagedRuns,
+    staged_runs: crate::sled::StagedRuns,
 }
 
 impl Pending {

@@ -39,7 +39,7 @@ use crate::event::Event;
 use crate::ids::{JournalPos, RunId, Seq, SessionId};
 use crate::journal::AppendResult;
 use crate::limits;
-use crate::store::{
+use crate::types::{
     AgentRun, AppendQueueFull, Conflict, Expected, Hashing, IndexedStatus, JournalOptions,
     JournalStats, Recorded, SessionEntry, StatsSnapshot,
 };

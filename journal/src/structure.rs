@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::event::{Event, RunEvent};
 use crate::ids::{JournalPos, RunId, SessionId};
-use crate::store::Recorded;
+use crate::types::Recorded;
 use crate::verify::Corruption;
 
 /// What the walk knows of one open run.

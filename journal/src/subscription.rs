@@ -13,7 +13,7 @@ use crate::Error;
 use crate::ids::JournalPos;
 use crate::journal::Journal;
 use crate::limits::SUBSCRIPTION_REFILL_RECORDS;
-use crate::store::Recorded;
+use crate::types::Recorded;
 
 /// See the module documentation.
 pub struct Subscription {
