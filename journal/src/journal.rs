@@ -13,13 +13,14 @@ use std::time::Duration;
 use crate::Error;
 use crate::event::Event;
 use crate::ids::{JournalPos, RunId, Seq, SessionId};
-use crate::postgres::{Command, Lease, PgJournal, PostgresOptions};
+use crate::pg::{PgJournal, PostgresOptions};
 use crate::sled::SledJournal;
 use crate::subscription::Subscription;
 use crate::types::{
     AgentRun, AppendQueueFull, Conflict, Expected, Hashing, JournalOptions, Recorded, SessionEntry,
     SessionEvent, StatsSnapshot,
 };
+use crate::types::{Command, Lease};
 use crate::verify::{Corruption, VerifyReport};
 
 /// What an append answers: the records as committed, or a sequence conflict (the inner

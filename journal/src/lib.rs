@@ -18,8 +18,8 @@ pub mod faults;
 pub mod ids;
 mod journal;
 pub mod limits;
+mod pg;
 pub mod portable;
-mod postgres;
 mod sled;
 pub mod structure;
 mod subscription;
@@ -30,11 +30,11 @@ pub use codec::{FORMAT_VERSION, Hash, RecordBody};
 pub use event::{Event, RunEvent, ToolCall, Warning};
 pub use ids::{EventIndex, IdError, JournalPos, RunId, Seq, SessionId};
 pub use journal::{AppendResult, Journal, QueuedAppend, Records, SessionEvents};
-pub use postgres::{Command, Lease, PostgresOptions};
+pub use pg::PostgresOptions;
 pub use subscription::Subscription;
 pub use types::{
-    AgentRun, AppendQueueFull, Conflict, Expected, IndexedStatus, JournalOptions, Recorded,
-    SYNC_BUCKETS_US, SessionEntry, SessionEvent, StatsSnapshot,
+    AgentRun, AppendQueueFull, Command, Conflict, Expected, IndexedStatus, JournalOptions, Lease,
+    Recorded, SYNC_BUCKETS_US, SessionEntry, SessionEvent, StatsSnapshot,
 };
 pub use verify::{Corruption, VerifyReport};
 

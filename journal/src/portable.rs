@@ -174,12 +174,12 @@ pub fn import_into_postgres(
         }));
     }
     let mut checker = Checker::default();
-    let mut batch: Vec<crate::postgres::ImportedRecord> = Vec::new();
+    let mut batch: Vec<crate::pg::ImportedRecord> = Vec::new();
     let mut batch_session: Option<SessionId> = None;
     let mut batch_pos: Vec<u64> = Vec::new();
     let mut records = 0u64;
     let flush = |session: &Option<SessionId>,
-                 batch: &mut Vec<crate::postgres::ImportedRecord>,
+                 batch: &mut Vec<crate::pg::ImportedRecord>,
                  expected: &mut Vec<u64>|
      -> Result<Option<String>, Error> {
         let Some(session) = session else {
@@ -217,7 +217,7 @@ pub fn import_into_postgres(
             }
             batch_session = Some(body.session_id.clone());
         }
-        batch.push(crate::postgres::ImportedRecord {
+        batch.push(crate::pg::ImportedRecord {
             seq: body.seq,
             hash: codec::hash(&bytes),
             bytes,

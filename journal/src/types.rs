@@ -252,3 +252,26 @@ pub struct AgentRun {
     /// Its status as of the last durable record.
     pub status: IndexedStatus,
 }
+
+/// Whether this replica may write a session: it holds the session's lease, or another
+/// live replica does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lease {
+    /// Ours: our appends carry its fencing token.
+    Held,
+    /// Another live replica's (its id).
+    OwnedBy(String),
+}
+
+/// A command another replica left for this one.
+#[derive(Debug, Clone)]
+pub struct Command {
+    /// Its id, to answer it.
+    pub id: i64,
+    /// The session it is for.
+    pub session_id: SessionId,
+    /// `enqueue` or `cancel`.
+    pub kind: String,
+    /// What the sender wrote (JSON).
+    pub body: String,
+}

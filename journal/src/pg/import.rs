@@ -1,0 +1,95 @@
+//! Import into a PostgreSQL journal: records already checked by `portable`, written in
+//! batches with their indexes.
+
+use crate::Error;
+use crate::codec::{self, Hash};
+use crate::event::Event;
+use crate::ids::{JournalPos, Seq, SessionId};
+use crate::pg::PgJournal;
+use crate::pg::append::{AppendCall, IndexArgs, call_append, position};
+use std::sync::atomic::Ordering;
+
+/// One record of an import, checked: its bytes as exported, its event.
+pub(crate) struct ImportedRecord {
+    pub(crate) seq: Seq,
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) hash: Hash,
+    pub(crate) apart: Option<(Hash, Vec<u8>)>,
+    pub(crate) event: Event,
+}
+
+impl PgJournal {
+    /// Appends records of one session exactly as given (an import's), in one
+    /// transaction, and waits for their positions, which it returns.
+    pub(crate) fn import_records(
+        &self,
+        session_id: &SessionId,
+        records: Vec<ImportedRecord>,
+    ) -> Result<Vec<JournalPos>, Error> {
+        let Some(first) = records.first() else {
+            return Ok(Vec::new());
+        };
+        let first_seq = first.seq;
+        let mut index = IndexArgs::default();
+        let mut bytes = Vec::with_capacity(records.len());
+        let mut digests = Vec::new();
+        let mut blobs = Vec::new();
+        let mut created_us = 0;
+        let mut last_hash = [0; 32];
+        for record in records {
+            index.add(record.seq, &record.event);
+            if matches!(record.event, Event::SessionCreated { .. })
+                && let Ok(body) = codec::decode(&record.bytes)
+            {
+                created_us = body.ts_us;
+            }
+            if let Some((digest, apart)) = record.apart {
+                digests.push(digest.to_vec());
+                blobs.push(apart);
+            }
+            last_hash = record.hash;
+            bytes.push(record.bytes);
+        }
+        let count = bytes.len() as u64;
+        let pool = self.inner.pool.clone();
+        let session = session_id.clone();
+        let me = self.replica_id();
+        let last_pos = self.block(async move {
+            let client = pool.get().await?;
+            let row = call_append(
+                &client,
+                AppendCall {
+                    session_id: &session,
+                    owner: &me,
+                    // An import takes the lease as it appends (an empty database).
+                    epoch: None,
+                    expected: first_seq,
+                    head_hash: &last_hash,
+                    records: &bytes,
+                    digests: &digests,
+                    blobs: &blobs,
+                    ts_us: created_us,
+                    index: &index,
+                },
+            )
+            .await?;
+            let status: String = row.get(0);
+            if status != "ok" {
+                return Err(Error::Store(format!(
+                    "importing session {session} from sequence {first_seq}: the database's stream is at {}",
+                    row.get::<_, i64>(1)
+                )));
+            }
+            position(&client, &session, (first_seq.0 + count - 1) as i64).await
+        })?;
+        self.inner
+            .next_pos
+            .fetch_max(last_pos + 1, Ordering::SeqCst);
+        if let Ok(mut heads) = self.inner.heads.lock() {
+            heads.remove(session_id);
+        }
+        Ok((0..count)
+            .map(|offset| JournalPos(last_pos + 1 - count + offset))
+            .collect())
+    }
+}
