@@ -5,9 +5,7 @@
 //! this one calls (the record codec, subscriptions, the neutral checks); each backend
 //! stores records, keeps its indexes and answers reads.
 
-use std::future::Future;
 use std::path::Path;
-use std::pin::Pin;
 use std::time::Duration;
 
 use crate::Error;
@@ -15,26 +13,12 @@ use crate::event::Event;
 use crate::ids::{JournalPos, RunId, Seq, SessionId};
 use crate::pg::{PgJournal, PostgresOptions};
 use crate::sled::SledJournal;
-use crate::subscription::Subscription;
 use crate::types::{
-    AgentRun, AppendQueueFull, Conflict, Expected, Hashing, JournalOptions, Recorded, SessionEntry,
-    SessionEvent, StatsSnapshot,
+    AgentRun, AppendQueueFull, AppendResult, Expected, Hashing, JournalOptions, QueuedAppend,
+    Recorded, Records, SessionEntry, SessionEvent, SessionEvents, StatsSnapshot,
 };
 use crate::types::{Command, Lease};
 use crate::verify::{Corruption, VerifyReport};
-
-/// What an append answers: the records as committed, or a sequence conflict (the inner
-/// error); the outer error is a fault.
-pub type AppendResult = Result<Result<Vec<std::sync::Arc<Recorded>>, Conflict>, Error>;
-
-/// An append queued in order, to be awaited.
-pub type QueuedAppend = Pin<Box<dyn Future<Output = AppendResult> + Send + 'static>>;
-
-/// A read of records, in order.
-pub type Records = Box<dyn Iterator<Item = Result<Recorded, Error>> + Send>;
-
-/// A read of a session's events, in order.
-pub type SessionEvents = Box<dyn Iterator<Item = Result<SessionEvent, Error>> + Send>;
 
 /// The event journal: cheap to clone, one per data directory (or database) per process.
 #[derive(Clone)]
@@ -379,14 +363,12 @@ impl Journal {
         }
     }
 
-    /// A live subscription to every record from `from` on. It never blocks writers: a
-    /// reader that falls behind the bounded channel re-reads from the journal.
-    pub fn subscribe_from(&self, from: JournalPos) -> Subscription {
-        let live = match &self.backend {
+    /// The live feed of durable records, as each backend publishes them.
+    pub(crate) fn live(&self) -> tokio::sync::broadcast::Receiver<std::sync::Arc<Recorded>> {
+        match &self.backend {
             Backend::Sled(sled) => sled.live(),
             Backend::Postgres(pg) => pg.live(),
-        };
-        Subscription::new(self.clone(), live, from)
+        }
     }
 
     /// Stores a projection (derived data, rebuildable from the events: written without

@@ -29,12 +29,13 @@ pub mod verify;
 pub use codec::{FORMAT_VERSION, Hash, RecordBody};
 pub use event::{Event, RunEvent, ToolCall, Warning};
 pub use ids::{EventIndex, IdError, JournalPos, RunId, Seq, SessionId};
-pub use journal::{AppendResult, Journal, QueuedAppend, Records, SessionEvents};
+pub use journal::Journal;
 pub use pg::PostgresOptions;
 pub use subscription::Subscription;
 pub use types::{
-    AgentRun, AppendQueueFull, Command, Conflict, Expected, IndexedStatus, JournalOptions, Lease,
-    Recorded, SYNC_BUCKETS_US, SessionEntry, SessionEvent, StatsSnapshot,
+    AgentRun, AppendQueueFull, AppendResult, Command, Conflict, Expected, IndexedStatus,
+    JournalOptions, Lease, QueuedAppend, Recorded, Records, SYNC_BUCKETS_US, SessionEntry,
+    SessionEvent, SessionEvents, StatsSnapshot,
 };
 pub use verify::{Corruption, VerifyReport};
 

@@ -23,6 +23,14 @@ pub struct Subscription {
     backlog: VecDeque<Arc<Recorded>>,
 }
 
+impl Journal {
+    /// A live subscription to every record from `from` on. It never blocks writers: a
+    /// reader that falls behind the bounded channel re-reads from the journal.
+    pub fn subscribe_from(&self, from: JournalPos) -> Subscription {
+        Subscription::new(self.clone(), self.live(), from)
+    }
+}
+
 impl Subscription {
     pub(crate) fn new(
         journal: Journal,

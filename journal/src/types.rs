@@ -3,6 +3,7 @@
 //!
 //! Nothing here touches storage; the backends (`sled/`, `pg/`) produce and take these.
 
+use crate::Error;
 use crate::codec::{self, Hash};
 use crate::event::Event;
 use crate::ids::{JournalPos, RunId, Seq, SessionId};
@@ -275,3 +276,17 @@ pub struct Command {
     /// What the sender wrote (JSON).
     pub body: String,
 }
+
+/// What an append answers: the records as committed, or a sequence conflict (the inner
+/// error); the outer error is a fault.
+pub type AppendResult = Result<Result<Vec<std::sync::Arc<Recorded>>, Conflict>, Error>;
+
+/// An append queued in order, to be awaited.
+pub type QueuedAppend =
+    std::pin::Pin<Box<dyn std::future::Future<Output = AppendResult> + Send + 'static>>;
+
+/// A read of records, in order.
+pub type Records = Box<dyn Iterator<Item = Result<Recorded, Error>> + Send>;
+
+/// A read of a session's events, in order.
+pub type SessionEvents = Box<dyn Iterator<Item = Result<SessionEvent, Error>> + Send>;

@@ -30,13 +30,13 @@ use crate::chain::{self, Head};
 use crate::codec;
 use crate::event::Event;
 use crate::ids::{JournalPos, SessionId};
-use crate::journal::AppendResult;
 use crate::pg::append::appender;
 use crate::pg::errors::{DATABASE_ADDRESS, address_of, database_away};
 use crate::pg::follower::follower;
 use crate::pg::inbox::{Notice, listener, notifier};
 use crate::pg::replicas::{LeaseState, heartbeat, register};
 use crate::pg::schema::migrate;
+use crate::types::AppendResult;
 use crate::types::{
     AppendQueueFull, Expected, JournalOptions, JournalStats, Recorded, StatsSnapshot,
 };

@@ -2,6 +2,7 @@
 //! hash links, stages index changes, and applies the batch to sled as one atomic write,
 //! then hands it to the syncer. It is the only writer of records.
 
+use crate::AppendResult;
 use crate::chain::{self, Head};
 use crate::codec::{self, Run};
 use crate::event::Event;
@@ -17,8 +18,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
-
-pub(super) type AppendResult = Result<Result<Vec<Arc<Recorded>>, Conflict>, Error>;
 
 /// What the committer is sent: appends, and calls to make on its thread.
 pub(super) enum Job {

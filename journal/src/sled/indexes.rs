@@ -8,6 +8,7 @@
 use crate::chain::{self, IndexChange};
 use crate::event::Event;
 use crate::ids::{JournalPos, RunId, Seq, SessionId};
+use crate::sled::keys::RunEntry;
 use crate::sled::keys::{
     AGENT_RUNS, agent_runs_key, agent_runs_value, decode_run_value, idempotency_key, open_key,
     run_key, run_value, session_key, session_runs_key, session_runs_prefix, session_value,
@@ -16,15 +17,6 @@ use crate::sled::keys::{
 use crate::{Error, IndexedStatus};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-
-/// Where a run is indexed: its session, agent and queued position and sequence.
-#[derive(Debug, Clone)]
-pub(crate) struct RunEntry {
-    pub(super) session_id: SessionId,
-    pub(super) agent_id: String,
-    pub(super) pos: u64,
-    pub(super) seq: u64,
-}
 
 /// What the batch being built changes that the tree does not show yet: the runs it
 /// queues, the status it gives runs, and the changes to the agents' run counts.

@@ -5,7 +5,6 @@
 
 use crate::codec::{self, Hash, Run};
 use crate::ids::{JournalPos, RunId, Seq, SessionId};
-use crate::sled::indexes::RunEntry;
 use crate::{Error, SessionEntry, limits};
 
 pub(crate) const LOG: u8 = b'L';
@@ -210,6 +209,15 @@ pub(super) fn agent_runs_value(status: u8, session_id: &SessionId, run_id: &RunI
     value.push(0);
     value.extend_from_slice(run_id.as_str().as_bytes());
     value
+}
+
+/// Where a run is indexed: its session, agent and queued position and sequence.
+#[derive(Debug, Clone)]
+pub(crate) struct RunEntry {
+    pub(super) session_id: SessionId,
+    pub(super) agent_id: String,
+    pub(super) pos: u64,
+    pub(super) seq: u64,
 }
 
 pub(super) fn run_value(entry: &RunEntry) -> Vec<u8> {
