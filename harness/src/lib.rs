@@ -15,6 +15,7 @@
 pub mod claude;
 pub mod cli;
 pub mod codex;
+pub mod paths;
 pub mod registry;
 pub mod scripted;
 

@@ -40,7 +40,7 @@ pub struct ClaudeCodeOptions {
     #[serde(
         rename = "claude_bin",
         default = "default_bin",
-        deserialize_with = "crate::registry::deserialize_bin"
+        deserialize_with = "crate::paths::deserialize_bin"
     )]
     pub bin: PathBuf,
     /// Model (`--model`).
@@ -71,7 +71,7 @@ pub struct ClaudeCodeOptions {
     #[serde(default)]
     pub system_prompt: Option<String>,
     /// `--mcp-config` (a relative path is taken from where turnstile started).
-    #[serde(default, deserialize_with = "crate::registry::deserialize_path")]
+    #[serde(default, deserialize_with = "crate::paths::deserialize_path")]
     pub mcp_config: Option<PathBuf>,
     /// Environment added to the CLI's (API base URL and key, for example).
     #[serde(default)]

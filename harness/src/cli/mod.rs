@@ -33,7 +33,8 @@ use crate::{
 };
 use pool::{Pool, Warm};
 use process::CliProcess;
-use transcript::{TranscriptTail, mirror, restored_text};
+use process::mirror;
+use transcript::{TranscriptTail, restored_text};
 
 /// The options every CLI harness has, borrowed from the dialect's own.
 #[derive(Debug, Clone, Copy)]

@@ -7,14 +7,17 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use turnstile_journal::limits::CLI_STDERR_LINES_KEPT;
 
-use super::transcript::TranscriptTail;
+use super::transcript::{TRANSCRIPT_LAG, TranscriptTail};
+use super::{Dialect, TurnState, send};
 use crate::{ErrorKind, HarnessError};
+use crate::{EventSink, HarnessEvent};
 
 /// One running CLI and the transcript file it writes.
 pub(crate) struct CliProcess {
@@ -264,4 +267,42 @@ fn descendants(root: u32) -> Vec<u32> {
         }
     }
     found
+}
+
+/// Mirrors transcript lines: those already read, then the file's new ones; with
+/// `until`, stops after the line with that identity (waiting for it a little).
+pub(crate) async fn mirror<D: Dialect>(
+    dialect: &D,
+    cli: &mut CliProcess,
+    events: &EventSink,
+    state: &mut TurnState,
+    until: Option<&str>,
+) -> Result<(), HarnessError> {
+    let deadline = Instant::now() + TRANSCRIPT_LAG;
+    loop {
+        cli.transcript.read_more();
+        while let Some(line) = cli.transcript.ahead.pop_front() {
+            let identity = dialect.line_identity(&line);
+            let reached = until.is_some() && identity.as_deref() == until;
+            if let Some(identity) = identity
+                && !cli.seen.insert(identity)
+            {
+                if reached {
+                    return Ok(());
+                }
+                continue;
+            }
+            state.mirrored.push(line.clone());
+            send(events, HarnessEvent::TranscriptLine { line }).await?;
+            if reached {
+                return Ok(());
+            }
+        }
+        match until {
+            None => return Ok(()),
+            Some(identity) if cli.seen.contains(identity) => return Ok(()),
+            Some(_) if Instant::now() >= deadline => return Ok(()),
+            Some(_) => tokio::time::sleep(Duration::from_millis(3)).await,
+        }
+    }
 }

@@ -8,14 +8,12 @@
 use std::collections::VecDeque;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::process::CliProcess;
-use super::{Dialect, TurnState, send};
-use crate::{EventSink, HarnessError, HarnessEvent};
+use super::Dialect;
 
 /// How long a line the dialect waits for may lag behind the stdout line naming it.
-const TRANSCRIPT_LAG: Duration = Duration::from_secs(2);
+pub(super) const TRANSCRIPT_LAG: Duration = Duration::from_secs(2);
 
 /// Reads the lines appended to a transcript file, keeping those read ahead.
 pub(crate) struct TranscriptTail {
@@ -62,44 +60,6 @@ impl TranscriptTail {
             if !line.trim().is_empty() {
                 self.ahead.push_back(line);
             }
-        }
-    }
-}
-
-/// Mirrors transcript lines: those already read, then the file's new ones; with
-/// `until`, stops after the line with that identity (waiting for it a little).
-pub(crate) async fn mirror<D: Dialect>(
-    dialect: &D,
-    cli: &mut CliProcess,
-    events: &EventSink,
-    state: &mut TurnState,
-    until: Option<&str>,
-) -> Result<(), HarnessError> {
-    let deadline = Instant::now() + TRANSCRIPT_LAG;
-    loop {
-        cli.transcript.read_more();
-        while let Some(line) = cli.transcript.ahead.pop_front() {
-            let identity = dialect.line_identity(&line);
-            let reached = until.is_some() && identity.as_deref() == until;
-            if let Some(identity) = identity
-                && !cli.seen.insert(identity)
-            {
-                if reached {
-                    return Ok(());
-                }
-                continue;
-            }
-            state.mirrored.push(line.clone());
-            send(events, HarnessEvent::TranscriptLine { line }).await?;
-            if reached {
-                return Ok(());
-            }
-        }
-        match until {
-            None => return Ok(()),
-            Some(identity) if cli.seen.contains(identity) => return Ok(()),
-            Some(_) if Instant::now() >= deadline => return Ok(()),
-            Some(_) => tokio::time::sleep(Duration::from_millis(3)).await,
         }
     }
 }

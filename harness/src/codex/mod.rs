@@ -36,7 +36,7 @@ pub struct CodexOptions {
     #[serde(
         rename = "codex_bin",
         default = "default_bin",
-        deserialize_with = "crate::registry::deserialize_bin"
+        deserialize_with = "crate::paths::deserialize_bin"
     )]
     pub bin: PathBuf,
     /// Model.

@@ -4,47 +4,8 @@
 use serde_json::Value;
 
 use super::Codex;
-use super::protocol::CodexTurn;
+use super::protocol::{CodexTurn, Tokens};
 use crate::{ErrorKind, HarnessError, ModelUsage, TurnOutcome, Usage};
-
-/// A thread's token totals (`thread/tokenUsage/updated`'s `total`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Tokens {
-    /// Input tokens, cached ones included (as OpenAI counts them).
-    pub input: u64,
-    /// Cached input tokens.
-    pub cached: u64,
-    /// Input tokens written to the cache.
-    pub cache_write: u64,
-    /// Output tokens.
-    pub output: u64,
-    /// Reasoning output tokens.
-    pub reasoning: u64,
-}
-
-impl Tokens {
-    /// From the app-server's camelCase totals.
-    pub fn from_codex(total: &Value) -> Tokens {
-        let field = |name: &str| total[name].as_u64().unwrap_or(0);
-        Tokens {
-            input: field("inputTokens"),
-            cached: field("cachedInputTokens"),
-            cache_write: field("cacheWriteInputTokens"),
-            output: field("outputTokens"),
-            reasoning: field("reasoningOutputTokens"),
-        }
-    }
-
-    fn minus(&self, before: &Tokens) -> Tokens {
-        Tokens {
-            input: self.input.saturating_sub(before.input),
-            cached: self.cached.saturating_sub(before.cached),
-            cache_write: self.cache_write.saturating_sub(before.cache_write),
-            output: self.output.saturating_sub(before.output),
-            reasoning: self.reasoning.saturating_sub(before.reasoning),
-        }
-    }
-}
 
 /// The turn's usage: the thread's total after it minus before it (a fresh thread
 /// starts at zero), every model request of the turn included; one model entry, no cost.
@@ -188,6 +149,7 @@ pub(crate) fn classify(info: &Value, message: &str) -> ErrorKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codex::protocol::Tokens;
     use serde_json::json;
 
     #[test]

@@ -13,7 +13,6 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use super::Codex;
-use super::outcome::Tokens;
 use crate::cli::{LineContext, Step, TurnStart};
 use crate::{HarnessEvent, ToolCall, TurnRequest};
 
@@ -30,6 +29,45 @@ pub struct CodexProcess {
     thread_total: Option<Tokens>,
     /// The last request id used.
     next_id: u64,
+}
+
+/// A thread's token totals (`thread/tokenUsage/updated`'s `total`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tokens {
+    /// Input tokens, cached ones included (as OpenAI counts them).
+    pub input: u64,
+    /// Cached input tokens.
+    pub cached: u64,
+    /// Input tokens written to the cache.
+    pub cache_write: u64,
+    /// Output tokens.
+    pub output: u64,
+    /// Reasoning output tokens.
+    pub reasoning: u64,
+}
+
+impl Tokens {
+    /// From the app-server's camelCase totals.
+    pub fn from_codex(total: &Value) -> Tokens {
+        let field = |name: &str| total[name].as_u64().unwrap_or(0);
+        Tokens {
+            input: field("inputTokens"),
+            cached: field("cachedInputTokens"),
+            cache_write: field("cacheWriteInputTokens"),
+            output: field("outputTokens"),
+            reasoning: field("reasoningOutputTokens"),
+        }
+    }
+
+    pub(crate) fn minus(&self, before: &Tokens) -> Tokens {
+        Tokens {
+            input: self.input.saturating_sub(before.input),
+            cached: self.cached.saturating_sub(before.cached),
+            cache_write: self.cache_write.saturating_sub(before.cache_write),
+            output: self.output.saturating_sub(before.output),
+            reasoning: self.reasoning.saturating_sub(before.reasoning),
+        }
+    }
 }
 
 /// What the dialect remembers while it reads one turn.
