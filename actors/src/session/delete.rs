@@ -1,0 +1,64 @@
+//! Deletion: the session's end journaled, its runs cancelled, its actor stopped.
+
+use crate::session::{DeleteSessionMsg, SessionActor};
+use actix::prelude::*;
+use std::time::Instant;
+use turnstile_journal::{Event, Expected};
+
+use crate::api::{Refused, RuntimeError};
+
+impl Handler<DeleteSessionMsg> for SessionActor {
+    type Result = ResponseActFuture<Self, Result<Result<bool, Refused>, RuntimeError>>;
+
+    fn handle(&mut self, _: DeleteSessionMsg, ctx: &mut Self::Context) -> Self::Result {
+        self.last_active = Instant::now();
+        if let Some(owner) = self.remote.clone() {
+            return Box::pin(fut::ready(Err(self.elsewhere(&owner, ctx))));
+        }
+        if let Some(error) = self.broken_error() {
+            return Box::pin(fut::ready(Err(error)));
+        }
+        if let Err(error) = self.ensure_fresh(ctx) {
+            return Box::pin(fut::ready(Err(error)));
+        }
+        if !self.state.exists() {
+            return Box::pin(fut::ready(Ok(Ok(false))));
+        }
+        if let Some(run_id) = self.busy_with() {
+            let refused = Refused::Busy {
+                session_id: self.session_id.clone(),
+                run_id: run_id.clone(),
+            };
+            return Box::pin(fut::ready(Ok(Err(refused))));
+        }
+        let journal = self.shared.journal.clone();
+        let session_id = self.session_id.clone();
+        let event = Event::SessionDeleted {
+            reason: "deleted through the API".into(),
+        };
+        Box::pin(
+            async move {
+                journal
+                    .append(&session_id, Expected::Any, vec![event])
+                    .await
+            }
+            .into_actor(self)
+            .map(|result, actor, ctx| match result {
+                Ok(Ok(records)) => {
+                    actor.apply(&records);
+                    Ok(Ok(true))
+                }
+                Ok(Err(conflict)) => {
+                    actor.stale = true;
+                    actor.heal_later(ctx);
+                    Err(RuntimeError::Internal(conflict.to_string()))
+                }
+                Err(error) => {
+                    actor.stale = true;
+                    actor.heal_later(ctx);
+                    Err(error.into())
+                }
+            }),
+        )
+    }
+}

@@ -1,0 +1,233 @@
+//! The session's FIFO of turns and the worker slots: the head-of-line run is elected
+//! first and only then takes a slot, so a turn waiting behind its session costs neither
+//! an attempt nor a slot; the head's run task is started here.
+
+use crate::session::end::RunFinishedMsg;
+use crate::session::fold::RecordsAppended;
+use crate::session::{InFlight, SessionActor};
+use actix::prelude::*;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+use tokio_util::sync::CancellationToken;
+use turnstile_harness::TurnRequest;
+use turnstile_journal::{Event, EventIndex, RunEvent, RunId, Warning};
+
+use crate::history::{branch_history, render_prompt};
+use crate::reads;
+use crate::run::RunTask;
+
+impl SessionActor {
+    /// The run the session is busy with: the one running, else the head of the queue.
+    /// What a new turn would wait for. A run whose end is being journaled does not
+    /// count: its client may already have read that end (from the journal) and sent the
+    /// next turn, which queues and starts as soon as the end is applied.
+    pub(super) fn busy_for_a_new_turn(&self) -> Option<&RunId> {
+        self.in_flight
+            .as_ref()
+            .filter(|f| !f.ending)
+            .map(|f| &f.run_id)
+            .or_else(|| self.queue.front().map(|q| &q.run_id))
+    }
+
+    pub(super) fn busy_with(&self) -> Option<&RunId> {
+        self.in_flight
+            .as_ref()
+            .map(|f| &f.run_id)
+            .or_else(|| self.queue.front().map(|q| &q.run_id))
+    }
+
+    /// Elects the head of the queue when the session is free, then waits for a slot.
+    pub(super) fn pump(&mut self, ctx: &mut Context<Self>) {
+        if self.in_flight.is_some()
+            || self.electing
+            || self.compacting
+            || self.broken.is_some()
+            || self.unavailable.is_some()
+        {
+            return;
+        }
+        if let Err(error) = self.ensure_fresh(ctx) {
+            // The journal cannot be read now: the next command (or recovery) tries again.
+            tracing::warn!(session_id = %self.session_id, %error, "session state not read again");
+            return;
+        }
+        if !self.queue.front().is_some_and(|head| head.durable) {
+            return;
+        }
+        self.electing = true;
+        let slots = self.shared.slots.clone();
+        ctx.spawn(
+            async move { slots.acquire_owned().await }
+                .into_actor(self)
+                .map(|permit, actor, ctx| {
+                    actor.electing = false;
+                    if let Ok(permit) = permit {
+                        actor.start_head(permit, ctx);
+                    }
+                }),
+        );
+    }
+
+    pub(super) fn start_head(
+        &mut self,
+        slot: tokio::sync::OwnedSemaphorePermit,
+        ctx: &mut Context<Self>,
+    ) {
+        // The head may have been cancelled while it waited for the slot.
+        let Some(head) = self.queue.pop_front() else {
+            return;
+        };
+        self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+        self.last_active = Instant::now();
+        let Some(run) = self.state.run(&head.run_id).cloned() else {
+            tracing::error!(run_id = %head.run_id, "queued run missing from the session state");
+            return self.pump(ctx);
+        };
+        let identity = self.identity(&run.run_id);
+        let Some(agent) = self.shared.agents.get(&run.agent_id).cloned() else {
+            return self.pump(ctx);
+        };
+        let cancel = CancellationToken::new();
+        let (staged, staging, changed_files) = self.stage_attachments(&run, &agent);
+        self.in_flight = Some(InFlight {
+            run_id: run.run_id.clone(),
+            ending: false,
+            cancel: cancel.clone(),
+            staged,
+        });
+        let live = self.shared.ensure_live(&run.run_id);
+        let mut next_index = EventIndex(run.event_count);
+        let mut events = Vec::new();
+        if !head.resume {
+            let info = agent.harness.info();
+            events.push(Event::RunStarted {
+                run_id: run.run_id.clone(),
+                model: info.model.clone(),
+                model_provider: info.model_provider.clone(),
+            });
+            events.push(identity.emitted(
+                next_index,
+                RunEvent::Started {
+                    model: info.model.clone(),
+                    model_provider: info.model_provider.clone(),
+                },
+            ));
+            next_index = next_index.next();
+        }
+        if !changed_files.is_empty() {
+            events.push(identity.emitted(
+                next_index,
+                RunEvent::Warning {
+                    warning: Warning::AttachmentsChanged {
+                        files: changed_files,
+                    },
+                },
+            ));
+            next_index = next_index.next();
+        }
+        // A continuation runs on a fork of the source's harness session that keeps the
+        // transcript up to the continuation point; every other run resumes the newest
+        // branch. The lines are read from the journal only if the harness asks.
+        let (harness_session_id, source, kept) = match (&run.fork, head.resume) {
+            (Some(fork), false) => {
+                let forked_id = uuid::Uuid::now_v7().to_string();
+                let kept = self
+                    .state
+                    .session
+                    .lines_of(&fork.harness_session_id)
+                    .min(fork.transcript_lines);
+                events.push(Event::HarnessSessionForked {
+                    run_id: run.run_id.clone(),
+                    from_run_id: fork.from_run_id.clone(),
+                    message_index: fork.message_index,
+                    from_harness_session_id: fork.harness_session_id.clone(),
+                    harness_session_id: forked_id.clone(),
+                    transcript_lines: kept,
+                });
+                (Some(forked_id), Some(fork.harness_session_id.clone()), kept)
+            }
+            _ => {
+                let current = self.state.session.harness_session_id.clone();
+                (
+                    current.clone(),
+                    current,
+                    self.state.session.transcript_len(),
+                )
+            }
+        };
+        let transcript = match source {
+            Some(source) if kept > 0 => {
+                let journal = self.shared.journal.clone();
+                let session_id = self.session_id.clone();
+                turnstile_harness::Transcript::lazy(kept as usize, move || {
+                    let mut lines = reads::transcript(&journal, &session_id, &source)
+                        .map_err(|error| error.to_string())?;
+                    // Lines journaled since the turn began are this turn's own.
+                    lines.truncate(kept as usize);
+                    Ok(lines)
+                })
+            }
+            _ => turnstile_harness::Transcript::default(),
+        };
+        let output_schema = serde_json::from_str::<serde_json::Value>(&run.options)
+            .ok()
+            .map(|options| options["output_schema"].clone())
+            .filter(|schema| schema.is_object());
+        // Rendered only if the harness session cannot be resumed.
+        let fallback_prompt: Option<crate::run::FallbackPrompt> = match run.fork {
+            Some(_) => None,
+            None => {
+                let journal = self.shared.journal.clone();
+                let current = run.clone();
+                Some(Box::new(move || {
+                    let load = |run_id: &RunId| reads::branch_run(&journal, run_id);
+                    render_prompt(&branch_history(load, &current), &current.input)
+                }))
+            }
+        };
+        let task = RunTask {
+            identity,
+            journal: self.shared.journal.clone(),
+            harness: agent.harness.clone(),
+            request: TurnRequest {
+                run_id: run.run_id.clone(),
+                session_id: self.session_id.clone(),
+                attempt: run.attempts + 1,
+                message: match &staging {
+                    Ok(note) => format!("{}{note}", run.input),
+                    Err(_) => run.input.clone(),
+                },
+                harness_session_id,
+                transcript,
+                output_schema: output_schema.as_ref().map(|schema| schema.to_string()),
+            },
+            policy: agent.retry,
+            cancel,
+            live: live.clone(),
+            next_index,
+            slot,
+            fallback_prompt,
+            model: {
+                let info = agent.harness.info();
+                (info.model, info.model_provider)
+            },
+            output_schema: output_schema.clone(),
+            staging_error: staging.err(),
+            // The start goes into the journal with the turn's first events: one sync
+            // fewer per turn. A stop before it leaves the run queued, as it was.
+            start_events: events,
+            appended: {
+                let address = ctx.address();
+                Box::new(move |records| address.do_send(RecordsAppended(records)))
+            },
+            journal_failed: false,
+            fenced: false,
+        };
+        let address = ctx.address();
+        actix::spawn(async move {
+            let finished = task.drive().await;
+            // `do_send` ignores the mailbox bound: the end of a run is never dropped.
+            address.do_send(RunFinishedMsg(finished));
+        });
+    }
+}
