@@ -5,11 +5,17 @@
 //! a session actor keeps is the same fold applied one record at a time.
 //! Nothing here does I/O, waits, or knows about actors or HTTP.
 
+mod metrics;
 pub mod rebuild;
 mod session;
+mod stored;
+mod transcripts;
+mod views;
 
-pub use session::{
-    AttachmentView, Checkpoint, DayCounts, ForkPoint, ModelDetails, ModelTotals, RunHead,
-    RunStatus, RunView, SessionMetrics, SessionState, SessionView, StoredRun, StoredRunHead,
-    StoredSession, TOKEN_KEYS, ToolView, Transcripts, date_of_us,
+pub use metrics::{DayCounts, ModelDetails, ModelTotals, SessionMetrics, TOKEN_KEYS};
+pub use session::SessionState;
+pub use stored::{RunHead, StoredRun, StoredRunHead, StoredSession};
+pub use transcripts::Transcripts;
+pub use views::{
+    AttachmentView, Checkpoint, ForkPoint, RunStatus, RunView, SessionView, ToolView, date_of_us,
 };

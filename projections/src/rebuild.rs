@@ -6,12 +6,10 @@
 //! compares each stored projection when the fold reaches that sequence, so a
 //! projection written before later events is not a difference. It changes nothing.
 
-use std::collections::{BTreeMap, HashMap};
-
-use serde_json::Value;
-use turnstile_journal::{Journal, JournalPos, RunId, SessionId};
-
 use crate::SessionState;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use turnstile_journal::{Journal, JournalPos, RunId, SessionId};
 
 /// What a rebuild found.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

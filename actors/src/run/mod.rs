@@ -9,73 +9,25 @@
 //! that has ended when its last events are read hands those over too: a quick turn
 //! costs two syncs (accepted; everything else), not three.
 
+use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use turnstile_harness::{ErrorKind, Harness, HarnessError, HarnessEvent, TurnOutcome, TurnRequest};
 use turnstile_journal::limits::HARNESS_EVENTS_BUFFERED;
 use turnstile_journal::{
-    Event, EventIndex, Expected, Journal, Recorded, RunEvent, RunId, SessionEvent, SessionId,
-    Warning,
+    Event, EventIndex, Expected, Journal, Recorded, RunEvent, RunId, SessionId, Warning,
 };
 
-/// A client-visible run event, typed, with its index in the run and when it was
-/// journaled (the gateway renders it in the HTTP API's shape).
-#[derive(Debug, Clone, PartialEq)]
-pub struct WireEvent {
-    /// The run.
-    pub run_id: RunId,
-    /// Contiguous from 0 per run.
-    pub event_index: EventIndex,
-    /// When it was journaled, microseconds since the epoch.
-    pub ts_us: i64,
-    /// What happened.
-    pub event: RunEvent,
-}
+mod endings;
+mod retry;
+mod wire;
 
-impl WireEvent {
-    /// Whether this event ends the run's stream.
-    pub fn is_terminal(&self) -> bool {
-        self.event.is_terminal()
-    }
-
-    /// The run event a journal record carries, if it carries one.
-    pub fn from_record(record: &Recorded) -> Option<WireEvent> {
-        match &record.event {
-            Event::RunEventEmitted {
-                run_id,
-                event_index,
-                event,
-            } => Some(WireEvent {
-                run_id: run_id.clone(),
-                event_index: *event_index,
-                ts_us: record.ts_us,
-                event: event.clone(),
-            }),
-            _ => None,
-        }
-    }
-
-    /// The run event a session's event is, if it is one (moved, not copied).
-    pub fn from_session_event(event: SessionEvent) -> Option<WireEvent> {
-        match event.event {
-            Event::RunEventEmitted {
-                run_id,
-                event_index,
-                event: run_event,
-            } => Some(WireEvent {
-                run_id,
-                event_index,
-                ts_us: event.ts_us,
-                event: run_event,
-            }),
-            _ => None,
-        }
-    }
-}
+pub(crate) use endings::{cancelled_events, failed_events, journal_error_type};
+pub use retry::RetryPolicy;
+pub use wire::WireEvent;
+pub(crate) use wire::{broadcast_wire, first_wire_index};
 
 /// Renders the prompt of a fresh harness session seeded with the branch's history, when
 /// a harness session cannot be resumed (rare: rendered only then).
@@ -120,45 +72,6 @@ pub(crate) struct Finished {
 /// durable, so the actor's state follows the journal in order (it never holds a record
 /// after one it has not seen).
 pub(crate) type AppendedSink = Box<dyn Fn(Vec<Arc<Recorded>>) + Send + Sync>;
-
-/// How a run retries failed attempts (agno's `retries`, `delay_between_retries`,
-/// `exponential_backoff`; defaults 0, 1 s, false).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RetryPolicy {
-    /// Attempts after the first.
-    pub retries: u32,
-    /// Delay before a retry, in seconds.
-    pub delay_between_retries_s: f64,
-    /// Double the delay after each failed attempt.
-    pub exponential_backoff: bool,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            retries: 0,
-            delay_between_retries_s: 1.0,
-            exponential_backoff: false,
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// All attempts a run may make.
-    pub fn max_attempts(&self) -> u32 {
-        self.retries.saturating_add(1)
-    }
-
-    /// The delay after failed attempt `attempt` (1-based): `d`, or `d * 2^(attempt-1)`.
-    pub fn delay_s(&self, attempt: u32) -> f64 {
-        if self.exponential_backoff {
-            self.delay_between_retries_s * 2f64.powi(attempt.saturating_sub(1).min(30) as i32)
-        } else {
-            self.delay_between_retries_s
-        }
-        .max(0.0)
-    }
-}
 
 pub(crate) struct RunTask {
     pub identity: RunIdentity,
@@ -626,78 +539,6 @@ fn drain(receiver: &mut mpsc::Receiver<HarnessEvent>, batch: &mut Vec<HarnessEve
             Ok(event) => batch.push(event),
             Err(mpsc::error::TryRecvError::Empty) => return false,
             Err(mpsc::error::TryRecvError::Disconnected) => return true,
-        }
-    }
-}
-
-/// The terminal events of a cancelled run.
-pub(crate) fn cancelled_events(identity: &RunIdentity, index: EventIndex) -> Vec<Event> {
-    vec![
-        identity.emitted(
-            index,
-            RunEvent::Cancelled {
-                reason: "Run cancelled".into(),
-            },
-        ),
-        Event::RunCancelled {
-            run_id: identity.run_id.clone(),
-            reason: "Run cancelled".into(),
-        },
-    ]
-}
-
-/// The smallest client-visible event index among `events`.
-pub(crate) fn first_wire_index(events: &[Event]) -> Option<EventIndex> {
-    events
-        .iter()
-        .filter_map(|event| match event {
-            Event::RunEventEmitted { event_index, .. } => Some(*event_index),
-            _ => None,
-        })
-        .min()
-}
-
-/// The class of a run that could not be journaled: an event over `max_event_bytes` is
-/// the run's doing (it produced it), anything else the journal's.
-pub(crate) fn journal_error_type(message: &str) -> &'static str {
-    if message.contains("exceeds max_event_bytes") {
-        "event_too_large"
-    } else {
-        "journal_error"
-    }
-}
-
-/// The terminal events of a failed run.
-pub(crate) fn failed_events(
-    identity: &RunIdentity,
-    index: EventIndex,
-    error_type: &str,
-    message: &str,
-    retryable: bool,
-) -> Vec<Event> {
-    vec![
-        identity.emitted(
-            index,
-            RunEvent::Failed {
-                error_type: error_type.to_owned(),
-                message: message.to_owned(),
-            },
-        ),
-        Event::RunFailed {
-            run_id: identity.run_id.clone(),
-            error_type: error_type.to_owned(),
-            message: message.to_owned(),
-            retryable,
-        },
-    ]
-}
-
-/// Shows durable records' wire events to the run's live streams.
-pub(crate) fn broadcast_wire(live: &broadcast::Sender<Arc<WireEvent>>, records: &[Arc<Recorded>]) {
-    for record in records {
-        if let Some(wire) = WireEvent::from_record(record) {
-            // No receiver is fine: streams that come later read the journal.
-            let _ = live.send(Arc::new(wire));
         }
     }
 }

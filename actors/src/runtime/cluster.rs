@@ -1,0 +1,298 @@
+//! A runtime among replicas on a shared journal: the duties of a replica (commands left
+//! for it, sessions to take over, records other replicas appended) and commands for a
+//! session that another replica owns, handed to that owner and answered.
+
+use crate::api::{Refused, RuntimeError, StartRun};
+use crate::runtime::Inner;
+use crate::{RunHandle, Runtime};
+use actix::prelude::*;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use turnstile_journal::{EventIndex, RunId, Seq, SessionId};
+
+use crate::registry::{FenceAll, WakeSession};
+use crate::session::SessionActor;
+use crate::stream::RunEvents;
+
+impl Runtime {
+    /// On a shared journal, a thread of this replica's own: it carries out the commands
+    /// other replicas leave for sessions this one owns, takes over sessions with open
+    /// runs whose owner died or stalled (as many as it has free worker slots), and stops
+    /// every turn when this replica's heartbeat lapsed (its leases are gone).
+    pub(super) fn start_cluster_duties(&self) -> Result<(), RuntimeError> {
+        let weak = Arc::downgrade(&self.inner);
+        let mut lapses = self.journal().lapses();
+        std::thread::Builder::new()
+            .name("turnstile-replica".into())
+            .spawn(move || {
+                let Ok(reactor) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    tracing::error!("the replica thread could not start its runtime");
+                    return;
+                };
+                reactor.block_on(async move {
+                    tokio::spawn(follow_other_replicas(weak.clone()));
+                    let mut last_claim = Instant::now() - CLAIM_EVERY;
+                    loop {
+                        let Some(inner) = weak.upgrade() else { return };
+                        if !inner.shared.accepting.load(Ordering::SeqCst) {
+                            return;
+                        }
+                        let runtime = Runtime { inner };
+                        if lapses.has_changed().unwrap_or(false) {
+                            let lapse = *lapses.borrow_and_update();
+                            runtime.inner.registry.do_send(FenceAll(lapse));
+                        }
+                        match runtime.journal().take_commands() {
+                            Ok(commands) => {
+                                for command in commands {
+                                    let runtime = runtime.clone();
+                                    tokio::spawn(async move {
+                                        let id = command.id;
+                                        let reply = runtime.serve_command(command).await;
+                                        let journal = runtime.journal().clone();
+                                        let answered = tokio::task::spawn_blocking(move || {
+                                            journal.answer_command(id, reply)
+                                        })
+                                        .await;
+                                        if let Ok(Err(error)) = answered {
+                                            tracing::warn!(%error, "answering another replica's command failed");
+                                        }
+                                    });
+                                }
+                            }
+                            Err(error) => tracing::warn!(%error, "reading this replica's commands failed"),
+                        }
+                        if last_claim.elapsed() >= CLAIM_EVERY {
+                            last_claim = Instant::now();
+                            let free = runtime.inner.shared.slots.available_permits();
+                            if free > 0 {
+                                match runtime.journal().claimable(free) {
+                                    Ok(sessions) => {
+                                        for session_id in sessions {
+                                            tracing::info!(%session_id, "taking over a session whose owner is gone");
+                                            runtime.inner.registry.do_send(WakeSession(session_id));
+                                        }
+                                    }
+                                    Err(error) => tracing::warn!(%error, "looking for sessions to take over failed"),
+                                }
+                            }
+                        }
+                        let journal = runtime.journal().clone();
+                        drop(runtime);
+                        journal.wait_for_commands(COMMANDS_EVERY).await;
+                    }
+                });
+            })
+            .map_err(|error| RuntimeError::Internal(error.to_string()))?;
+        Ok(())
+    }
+
+    /// Hands a turn for a session another replica owns to that replica (through the
+    /// journal's inbox); `None` when it never ran there (not taken in time, or the
+    /// owner died), so the caller asks again.
+    pub(super) async fn forward_start(
+        &self,
+        session_id: &SessionId,
+        owner: &str,
+        command: &StartRun,
+    ) -> Result<Option<Result<RunHandle, Refused>>, RuntimeError> {
+        let body = serde_json::to_string(command)
+            .map_err(|error| RuntimeError::Internal(error.to_string()))?;
+        let journal = self.journal().clone();
+        let id = {
+            let (session_id, owner) = (session_id.clone(), owner.to_owned());
+            tokio::task::spawn_blocking(move || {
+                journal.send_command(&session_id, &owner, "enqueue", body)
+            })
+            .await
+            .map_err(|error| RuntimeError::Internal(error.to_string()))??
+        };
+        let Some(reply) = self.journal().command_reply(id, ELSEWHERE_WAIT).await? else {
+            return Ok(None);
+        };
+        let reply: serde_json::Value = serde_json::from_str(&reply)
+            .map_err(|error| RuntimeError::Internal(format!("a replica's reply: {error}")))?;
+        if let Some(refused) = reply.get("refused").and_then(|r| r.as_str()) {
+            return Ok(Some(Err(refused_from_reply(refused, session_id))));
+        }
+        let run_id: RunId = reply["run_id"]
+            .as_str()
+            .and_then(|id| id.parse().ok())
+            .ok_or_else(|| RuntimeError::Internal(format!("a replica's reply: {reply}")))?;
+        let from_seq = Seq(reply["from_seq"].as_u64().unwrap_or(0));
+        Ok(Some(Ok(RunHandle {
+            events: RunEvents::new(
+                self.journal().clone(),
+                session_id.clone(),
+                run_id.clone(),
+                from_seq,
+                None,
+                EventIndex(0),
+            ),
+            run_id,
+            session_id: session_id.clone(),
+            reused: false,
+            runtime: self.clone(),
+        })))
+    }
+
+    /// Carries out a command another replica left for a session this one owns, and
+    /// answers it.
+    pub(super) async fn serve_command(&self, command: turnstile_journal::Command) -> String {
+        match command.kind.as_str() {
+            "cancel" => {
+                let cancelled = match command.body.parse::<RunId>() {
+                    Ok(run_id) => self.cancel_run(&run_id).await.unwrap_or(false),
+                    Err(_) => false,
+                };
+                serde_json::json!({ "cancelled": cancelled }).to_string()
+            }
+            "enqueue" => {
+                let start: StartRun = match serde_json::from_str(&command.body) {
+                    Ok(start) => start,
+                    Err(error) => {
+                        return serde_json::json!({ "refused": format!("internal: {error}") })
+                            .to_string();
+                    }
+                };
+                match self.start_run(start).await {
+                    Ok(Ok(handle)) => {
+                        let from_seq = self
+                            .run_view(&handle.run_id)
+                            .ok()
+                            .flatten()
+                            .map(|view| view.queued_seq.0)
+                            .unwrap_or(0);
+                        serde_json::json!({ "run_id": handle.run_id, "from_seq": from_seq })
+                            .to_string()
+                    }
+                    Ok(Err(refused)) => {
+                        serde_json::json!({ "refused": refused_to_reply(&refused) }).to_string()
+                    }
+                    Err(error) => {
+                        serde_json::json!({ "refused": format!("internal: {error}") }).to_string()
+                    }
+                }
+            }
+            other => serde_json::json!({ "refused": format!("internal: unknown command {other}") })
+                .to_string(),
+        }
+    }
+
+    /// Sends a command that must run on the session's owner: on a shared journal a
+    /// session another replica owns is busy (its running run named) or, idle and being
+    /// given back, asked again until it is free.
+    pub(super) async fn ask_owner<M, T>(
+        &self,
+        session_id: &SessionId,
+        message: impl Fn() -> M,
+    ) -> Result<Result<T, Refused>, RuntimeError>
+    where
+        M: Message<Result = Result<Result<T, Refused>, RuntimeError>> + Send + 'static,
+        T: Send + 'static,
+        SessionActor: Handler<M>,
+    {
+        let deadline = Instant::now() + ELSEWHERE_WAIT;
+        loop {
+            match self.ask_session(session_id.clone(), message()).await {
+                Ok(Err(RuntimeError::Elsewhere {
+                    busy: Some(run_id), ..
+                })) => {
+                    return Ok(Err(Refused::Busy {
+                        session_id: session_id.clone(),
+                        run_id,
+                    }));
+                }
+                Ok(Err(RuntimeError::Elsewhere { owner, .. })) if Instant::now() >= deadline => {
+                    return Err(RuntimeError::Internal(format!(
+                        "session {session_id} stays with replica {owner}"
+                    )));
+                }
+                Ok(Err(RuntimeError::Elsewhere { .. })) => {}
+                Err(RuntimeError::Stopped)
+                    if Instant::now() < deadline
+                        && self.inner.shared.accepting.load(Ordering::SeqCst) => {}
+                Ok(answer) => return answer,
+                Err(error) => return Err(error),
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// Keeps the directory (the sessions list and the daily metrics) true to what the other
+/// replicas do: a session's turning point journaled elsewhere (a session created or
+/// deleted, a run accepted or ended, a compaction) reloads its facts from its read model.
+/// Sessions this replica holds are followed by their own actors.
+pub(super) async fn follow_other_replicas(weak: std::sync::Weak<Inner>) {
+    let Some(journal) = weak.upgrade().map(|inner| inner.shared.journal.clone()) else {
+        return;
+    };
+    let mut records = journal.subscribe_from(journal.next_pos());
+    while let Ok(record) = records.next().await {
+        let turning_point = match &record.event {
+            turnstile_journal::Event::SessionCreated { .. }
+            | turnstile_journal::Event::SessionDeleted { .. }
+            | turnstile_journal::Event::RunQueued { .. }
+            | turnstile_journal::Event::TranscriptCompacted { .. } => true,
+            event => event.is_terminal(),
+        };
+        if !turning_point || journal.holds_lease(&record.session_id) {
+            continue;
+        }
+        let Some(inner) = weak.upgrade() else {
+            return;
+        };
+        match crate::reads::load_session(&journal, &record.session_id) {
+            Ok(state) => inner
+                .shared
+                .directory
+                .update(&record.session_id, &state.session),
+            Err(error) => {
+                tracing::warn!(session_id = %record.session_id, %error, "a session another replica changed could not be read")
+            }
+        }
+    }
+}
+
+/// How long a command for a session another replica owns waits for it (the owner's
+/// answer, or the session to come free).
+pub(super) const ELSEWHERE_WAIT: Duration = Duration::from_secs(10);
+
+/// How long a replica waits for word of a command left for it (a notification) before
+/// it looks anyway; sessions to take over are looked for as often.
+pub(super) const COMMANDS_EVERY: Duration = Duration::from_millis(250);
+
+/// How often a replica looks for sessions to take over.
+pub(super) const CLAIM_EVERY: Duration = Duration::from_millis(250);
+
+/// A refusal as a replica's reply carries it.
+pub(super) fn refused_to_reply(refused: &Refused) -> String {
+    match refused {
+        Refused::QueueFull { limit } => format!("queue_full:{limit}"),
+        Refused::ShuttingDown => "shutting_down".into(),
+        other => format!("other:{other}"),
+    }
+}
+
+/// A replica's refusal, back as a [`Refused`].
+pub(super) fn refused_from_reply(reply: &str, session_id: &SessionId) -> Refused {
+    if let Some(limit) = reply.strip_prefix("queue_full:") {
+        return Refused::QueueFull {
+            limit: limit.parse().unwrap_or(0),
+        };
+    }
+    if reply == "shutting_down" {
+        return Refused::ShuttingDown;
+    }
+    Refused::InvalidInput {
+        reason: format!(
+            "session {session_id}: {}",
+            reply.strip_prefix("other:").unwrap_or(reply)
+        ),
+    }
+}

@@ -1,0 +1,338 @@
+//! The commands of the embedding API: start, cancel, continue, compact and delete,
+//! each a round trip to the session's actor in a task of its own.
+
+use crate::api::{
+    CompactOutcome, ContinueFrom, ContinueRun, Multitask, Refused, RuntimeError, StartRun,
+};
+use crate::runtime::cluster::ELSEWHERE_WAIT;
+use crate::{RunHandle, Runtime};
+use actix::prelude::*;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use turnstile_journal::{EventIndex, RunId, SessionId};
+use turnstile_projections::{ForkPoint, RunStatus};
+
+use crate::registry::GetSession;
+use crate::session::{CancelRunMsg, CompactMsg, DeleteSessionMsg, SessionActor, StartRunMsg};
+use crate::stream::RunEvents;
+
+impl Runtime {
+    /// Accepts a run: returns once `RunQueued` is in the journal. The run starts when
+    /// its session is free and a worker slot is; with [`Multitask::Reject`](crate::Multitask::Reject) a busy
+    /// session refuses at once with the id of the run it is busy with.
+    pub async fn start_run(
+        &self,
+        command: StartRun,
+    ) -> Result<Result<RunHandle, Refused>, RuntimeError> {
+        if !self.inner.shared.accepting.load(Ordering::SeqCst) {
+            return Ok(Err(Refused::ShuttingDown));
+        }
+        if self.agent(&command.agent_id).is_none() {
+            return Ok(Err(Refused::UnknownAgent {
+                agent_id: command.agent_id,
+            }));
+        }
+        let mut names = std::collections::HashSet::new();
+        for attachment in &command.attachments {
+            if let Err(error) = crate::uploads::check_name(&attachment.name) {
+                return Ok(Err(Refused::InvalidInput {
+                    reason: error.to_string(),
+                }));
+            }
+            if !names.insert(attachment.name.as_str()) {
+                return Ok(Err(Refused::InvalidInput {
+                    reason: format!("two attachments are named {:?}", attachment.name),
+                }));
+            }
+        }
+        let runtime = self.clone();
+        tokio::spawn(async move {
+            let _serialized = match &command.idempotency_key {
+                Some(key) => {
+                    let guard = runtime.inner.idempotent.lock().await;
+                    if let Some(run_id) = runtime.journal().run_of_idempotency_key(key)?
+                        && let Some(mut handle) = runtime.handle_of(&run_id)?
+                    {
+                        handle.reused = true;
+                        return Ok(Ok(handle));
+                    }
+                    Some(guard)
+                }
+                None => None,
+            };
+            let session_id = command.session_id.clone().unwrap_or_else(SessionId::new_v7);
+            let mut command = command;
+            command.session_id = Some(session_id.clone());
+            let deadline = Instant::now() + ELSEWHERE_WAIT;
+            let accepted = loop {
+                let session = runtime
+                    .inner
+                    .registry
+                    .send(GetSession(session_id.clone()))
+                    .await?;
+                let answer = match session.send(StartRunMsg(command.clone())).await {
+                    Ok(answer) => answer,
+                    // The actor stopped (it gave its lease back) between lookup and send.
+                    Err(MailboxError::Closed)
+                        if Instant::now() < deadline
+                            && runtime.inner.shared.accepting.load(Ordering::SeqCst) =>
+                    {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        continue;
+                    }
+                    Err(error) => return Err(error.into()),
+                };
+                match answer {
+                    Ok(Ok(accepted)) => break accepted,
+                    Ok(Err(refused)) => return Ok(Err(refused)),
+                    Err(RuntimeError::Elsewhere { owner, busy, .. }) => {
+                        match (command.multitask, busy) {
+                            // The same refusal as on the owner: one turn at a time.
+                            (Multitask::Reject, Some(run_id)) => {
+                                return Ok(Err(Refused::Busy { session_id, run_id }));
+                            }
+                            (Multitask::Enqueue, _) => {
+                                if let Some(forwarded) =
+                                    runtime.forward_start(&session_id, &owner, &command).await?
+                                {
+                                    return Ok(forwarded);
+                                }
+                            }
+                            // Idle on its owner, which is giving it back: ask again.
+                            (Multitask::Reject, None) => {}
+                        }
+                        if Instant::now() >= deadline {
+                            return Err(RuntimeError::Internal(format!(
+                                "session {session_id} stays with replica {owner}, which does not take the turn"
+                            )));
+                        }
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    Err(error) => return Err(error),
+                }
+            };
+            Ok(Ok(RunHandle {
+                events: RunEvents::new(
+                    runtime.journal().clone(),
+                    session_id.clone(),
+                    accepted.run_id.clone(),
+                    accepted.from_seq,
+                    Some(accepted.live),
+                    EventIndex(0),
+                ),
+                run_id: accepted.run_id,
+                session_id,
+                reused: false,
+                runtime: runtime.clone(),
+            }))
+        })
+        .await
+        .map_err(|error| RuntimeError::Internal(error.to_string()))?
+    }
+
+    /// A handle on an existing run, its events from index 0.
+    pub(super) fn handle_of(&self, run_id: &RunId) -> Result<Option<RunHandle>, RuntimeError> {
+        let Some(events) = self.run_events(run_id, None)? else {
+            return Ok(None);
+        };
+        let Some(view) = self.run_view(run_id)? else {
+            return Ok(None);
+        };
+        Ok(Some(RunHandle {
+            run_id: view.run_id,
+            session_id: view.session_id,
+            reused: false,
+            events,
+            runtime: self.clone(),
+        }))
+    }
+
+    /// Asks the run's session to cancel it; `true` when a run in flight was signalled.
+    /// On a shared journal a session another replica owns is asked through it.
+    pub async fn cancel_run(&self, run_id: &RunId) -> Result<bool, RuntimeError> {
+        let Some(session_id) = self.journal().session_of_run(run_id)? else {
+            return Ok(false);
+        };
+        let deadline = Instant::now() + ELSEWHERE_WAIT;
+        loop {
+            let answer = match self
+                .ask_session(session_id.clone(), CancelRunMsg(run_id.clone()))
+                .await
+            {
+                Ok(answer) => answer,
+                // The actor stopped (it gave its lease back) between lookup and send.
+                Err(RuntimeError::Stopped)
+                    if Instant::now() < deadline
+                        && self.inner.shared.accepting.load(Ordering::SeqCst) =>
+                {
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            match answer {
+                Ok(cancelled) => return Ok(cancelled),
+                Err(RuntimeError::Elsewhere { owner, .. }) => {
+                    let journal = self.journal().clone();
+                    let (session, run) = (session_id.clone(), run_id.to_string());
+                    let id = tokio::task::spawn_blocking(move || {
+                        journal.send_command(&session, &owner, "cancel", run)
+                    })
+                    .await
+                    .map_err(|error| RuntimeError::Internal(error.to_string()))??;
+                    if let Some(reply) = self.journal().command_reply(id, ELSEWHERE_WAIT).await? {
+                        let reply: serde_json::Value =
+                            serde_json::from_str(&reply).unwrap_or_default();
+                        return Ok(reply["cancelled"].as_bool().unwrap_or(false));
+                    }
+                    // Its owner died meanwhile: the session is free now, or soon.
+                    if Instant::now() >= deadline {
+                        return Ok(false);
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Sends `message` to the session's actor from a detached task, so that a caller
+    /// who gives up (a dropped HTTP request) never cancels it half-way.
+    pub(super) async fn ask_session<M>(
+        &self,
+        session_id: SessionId,
+        message: M,
+    ) -> Result<M::Result, RuntimeError>
+    where
+        M: Message + Send + 'static,
+        M::Result: Send,
+        SessionActor: Handler<M>,
+    {
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            let session = inner.registry.send(GetSession(session_id)).await?;
+            Ok(session.send(message).await?)
+        })
+        .await
+        .map_err(|error| RuntimeError::Internal(error.to_string()))?
+    }
+
+    /// Continues a finished run from one of its checkpoints as a new run with fork
+    /// lineage; the finished run is never rewritten. The new run's harness session is a
+    /// fork that remembers only what happened up to the continuation point.
+    pub async fn continue_run(
+        &self,
+        command: ContinueRun,
+    ) -> Result<Result<RunHandle, Refused>, RuntimeError> {
+        let Some(source) = self.run_view(&command.run_id)? else {
+            return Ok(Err(Refused::UnknownRun {
+                run_id: command.run_id,
+            }));
+        };
+        let refuse = |reason: &str| {
+            Ok(Err(Refused::NotContinuable {
+                run_id: source.run_id.clone(),
+                reason: reason.to_owned(),
+            }))
+        };
+        match source.status {
+            RunStatus::Cancelled => return refuse("the run is cancelled"),
+            RunStatus::Pending | RunStatus::Running => return refuse("the run has not finished"),
+            RunStatus::Completed | RunStatus::Error => {}
+        }
+        let Some(harness_session_id) = source.harness_session_id.clone() else {
+            return refuse("the run never reached its harness");
+        };
+        let message_count = source.message_count();
+        let index = match command.continue_from {
+            ContinueFrom::End => message_count,
+            ContinueFrom::LastUser => 1,
+            ContinueFrom::MessageIndex(index) if index <= message_count => index,
+            ContinueFrom::MessageIndex(index) => {
+                return refuse(&format!(
+                    "message index {index} is past the run's {message_count} messages"
+                ));
+            }
+        };
+        let (index, transcript_lines, message) = if index == 0 {
+            let Some(input) = command.input.clone() else {
+                return refuse("continuing from message 0 needs an input");
+            };
+            (0, source.transcript_start, input)
+        } else if index == 1 && command.input.is_none() {
+            // Replay: the turn again, from before its user message.
+            (1, source.transcript_start, source.input.clone())
+        } else {
+            let prompt = command
+                .input
+                .clone()
+                .unwrap_or_else(|| "Continue from where you left off.".to_owned());
+            match source
+                .checkpoints
+                .iter()
+                .find(|checkpoint| checkpoint.message_index >= index)
+            {
+                Some(checkpoint)
+                    if checkpoint.message_index < message_count || index < message_count =>
+                {
+                    (
+                        checkpoint.message_index,
+                        checkpoint.transcript_lines,
+                        prompt,
+                    )
+                }
+                _ => (message_count, source.transcript_end, prompt),
+            }
+        };
+        let fork = ForkPoint {
+            from_run_id: source.run_id.clone(),
+            message_index: index,
+            harness_session_id,
+            transcript_lines,
+        };
+        self.start_run(StartRun {
+            agent_id: source.agent_id.clone(),
+            session_id: Some(source.session_id.clone()),
+            user_id: command.user_id.or(source.user_id.clone()),
+            message,
+            options: command.options,
+            multitask: command.multitask,
+            idempotency_key: None,
+            fork: Some(fork),
+            attachments: Vec::new(),
+        })
+        .await
+    }
+
+    /// Compacts the session's harness session; refused while a run is in flight.
+    pub async fn compact_session(
+        &self,
+        agent_id: &str,
+        session_id: &SessionId,
+    ) -> Result<Result<CompactOutcome, Refused>, RuntimeError> {
+        let Some(state) = self.session(session_id)? else {
+            return Ok(Err(Refused::UnknownSession {
+                session_id: session_id.clone(),
+            }));
+        };
+        if state.session.agent_id != agent_id {
+            return Ok(Err(Refused::AgentMismatch {
+                session_id: session_id.clone(),
+                agent_id: state.session.agent_id,
+            }));
+        }
+        self.ask_owner(session_id, || CompactMsg).await
+    }
+
+    /// Deletes a session: a tombstone event; afterwards the session and its runs read
+    /// as gone while the journal keeps them. `false` when there is no such session;
+    /// refused while the session has a run in flight or queued.
+    pub async fn delete_session(
+        &self,
+        session_id: &SessionId,
+    ) -> Result<Result<bool, Refused>, RuntimeError> {
+        if self.session(session_id)?.is_none() {
+            return Ok(Ok(false));
+        }
+        self.ask_owner(session_id, || DeleteSessionMsg).await
+    }
+}
