@@ -13,3 +13,4 @@ pub mod listen;
 pub mod serve;
 pub mod telemetry;
 pub mod timeline;
+pub mod wire;

@@ -23,7 +23,7 @@ fn time(us: i64) -> String {
     let of_day = seconds.rem_euclid(86_400);
     format!(
         "{} {:02}:{:02}:{:02}.{:03}",
-        crate::api::metrics::date_of(seconds),
+        crate::wire::date_of(seconds),
         of_day / 3600,
         of_day / 60 % 60,
         of_day % 60,
@@ -154,7 +154,7 @@ fn describe(event: &Event) -> Option<String> {
         ),
         Event::RunEventEmitted { run_id, event, .. } => match event {
             RunEvent::ToolCallCompleted { tool } => {
-                let tool = &crate::api::events::tool_json(tool);
+                let tool = &crate::wire::events::tool_json(tool);
                 format!(
                     "run …{} tool {}({}) → {}{}",
                     short(run_id),
@@ -169,7 +169,7 @@ fn describe(event: &Event) -> Option<String> {
                 )
             }
             RunEvent::Warning { warning } => {
-                let warning = &crate::api::events::warning_json(warning);
+                let warning = &crate::wire::events::warning_json(warning);
                 match warning["type"].as_str() {
                     Some("retry") => format!(
                         "run …{} retry after attempt {} of {}, in {}s: {}",

@@ -265,7 +265,7 @@ pub fn run_output(run: &RunView, agent_name: &str, sdk: String) -> RunOutput {
         warnings: run
             .warnings
             .iter()
-            .map(crate::api::events::warning_json)
+            .map(crate::wire::events::warning_json)
             .collect(),
         attempts: (run.attempts > 1).then_some(run.attempts),
         error_type: run.error.as_ref().map(|(error_type, _)| error_type.clone()),
@@ -278,7 +278,7 @@ pub fn run_output(run: &RunView, agent_name: &str, sdk: String) -> RunOutput {
         session_id: run.session_id.to_string(),
         user_id: run.user_id.clone(),
         status: run.status.as_str(),
-        content: crate::api::events::content_json(&run.content, &run.content_type),
+        content: crate::wire::events::content_json(&run.content, &run.content_type),
         content_type: run.content_type.clone(),
         tools: run.tools.iter().map(ToolCall::from).collect(),
         messages: messages(run),

@@ -17,9 +17,6 @@ use crate::api::error::ApiError;
 use crate::api::error::ErrorBody;
 use crate::api::extract::Query;
 
-/// The header that names the position the export is as of (records before it).
-pub const AS_OF_HEADER: &str = "x-turnstile-as-of";
-
 /// Bytes gathered before a chunk is sent (at most a few chunks are in flight).
 const CHUNK_BYTES: usize = 256 * 1024;
 
@@ -92,7 +89,7 @@ pub(crate) async fn export(
         [
             (header::CONTENT_TYPE, "application/x-ndjson".to_owned()),
             (
-                header::HeaderName::from_static(AS_OF_HEADER),
+                header::HeaderName::from_static(crate::wire::AS_OF_HEADER),
                 as_of.0.to_string(),
             ),
         ],

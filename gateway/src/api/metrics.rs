@@ -20,11 +20,8 @@ use turnstile_actors::directory::TOKEN_KEYS;
 use crate::api::AppState;
 use crate::api::error::ApiError;
 use crate::api::error::ErrorBody;
-
-/// The civil date (UTC) of a Unix time in seconds, as `YYYY-MM-DD`.
-pub fn date_of(seconds: i64) -> String {
-    turnstile_projections::date_of_us(seconds.saturating_mul(1_000_000))
-}
+#[cfg(test)]
+use crate::wire::date_of;
 
 /// The Unix time in seconds of a `YYYY-MM-DD` day's start (Hinnant's days-from-civil).
 fn day_start_s(date: &str) -> i64 {

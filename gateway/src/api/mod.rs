@@ -8,12 +8,12 @@ pub mod attachments;
 pub mod body;
 pub mod dto;
 pub mod error;
-pub mod events;
 pub mod export;
 mod extract;
 pub mod form;
 pub mod metrics;
 pub mod openapi;
+mod resume;
 mod runs;
 mod sessions;
 pub mod sse;
@@ -76,15 +76,15 @@ pub fn router(state: AppState) -> Router {
         )
         .route(
             "/agents/{agent_id}/runs/{run_id}/resume",
-            post(runs::resume_run),
+            post(resume::resume_run),
         )
         .route(
             "/agents/{agent_id}/runs/{run_id}/checkpoints",
-            get(runs::get_checkpoints),
+            get(resume::get_checkpoints),
         )
         .route(
             "/agents/{agent_id}/runs/{run_id}/continue",
-            post(runs::continue_run),
+            post(resume::continue_run),
         )
         .route(
             "/agents/{agent_id}/sessions/{session_id}/compact",

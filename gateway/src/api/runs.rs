@@ -1,4 +1,5 @@
-//! The run routes: start, list, read, cancel, re-attach, checkpoints and continue.
+//! The run routes: start, list, read and cancel (re-attach, checkpoints and continue are
+//! in `resume`).
 
 use super::extract::{Path, Query};
 use axum::Json;
@@ -7,25 +8,22 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
-use turnstile_actors::{
-    AgentSpec, ContinueFrom, ContinueRun, Multitask, Refused, RunHandle, StartRun,
-};
+use turnstile_actors::{Multitask, Refused, RunHandle, StartRun};
 use turnstile_journal::limits::{
     IDEMPOTENCY_KEY_BYTES_MAX, MESSAGE_BYTES_MAX, OUTPUT_SCHEMA_BYTES_MAX, USER_ID_BYTES_MAX,
 };
-use turnstile_journal::{EventIndex, RunId, SessionId};
+use turnstile_journal::{RunId, SessionId};
 use turnstile_projections::{RunHead, RunStatus, RunView};
 use utoipa::IntoParams;
 
-use super::{
-    AppState, agent_name_of, find_agent, find_session, now_s, positive, read_fields, sdk_of,
-};
-use crate::api::body::{ContinueRequest, MultitaskStrategy, ResumeRequest, RunRequest};
-use crate::api::dto::{Accepted, Checkpoints, Empty, RunOutput, RunPage};
+use super::{AppState, find_agent, find_session, now_s, positive, read_fields, sdk_of};
+use crate::api::body::{MultitaskStrategy, RunRequest};
+use crate::api::dto::{Accepted, Empty, RunOutput, RunPage};
 use crate::api::error::ApiError;
 use crate::api::error::ErrorBody;
 use crate::api::sse::Framing;
-use crate::api::{attachments, dto, events, sse};
+use crate::api::{attachments, dto, sse};
+use crate::wire::events;
 
 /// A run as agno's `RunOutput`, with its stored events when its agent keeps them:
 /// agno's `store_events` lists a streamed run's events less `events_to_skip` (by
@@ -309,7 +307,7 @@ pub(super) fn output_schema(
 #[into_params(parameter_in = Query)]
 pub(super) struct SessionQuery {
     /// The run's session; a run of another session is 404.
-    session_id: Option<String>,
+    pub(super) session_id: Option<String>,
 }
 
 #[utoipa::path(
@@ -351,209 +349,6 @@ pub(super) async fn cancel_run(
         state.runtime.cancel_run(&run_id).await?;
     }
     Ok(Json(dto::Empty {}))
-}
-
-/// Re-attaches to a run's events after `last_event_index` (or `Last-Event-ID`): a meta
-/// frame (`replay` for a finished run; `catch_up` then `subscribed` for a live one),
-/// then each missing event once, in order, then live events until the terminal one.
-#[utoipa::path(
-    post, path = "/agents/{agent_id}/runs/{run_id}/resume", tag = "runs", summary = "Re-attach to a run's events after last_event_index",
-    params(("agent_id" = String, Path, description = "An agent's id (GET /agents lists them)"), ("run_id" = String, Path, description = "A run's id"), ("Last-Event-ID" = Option<String>, Header, description = "The same as last_event_index")),
-    request_body(description = "Where to re-attach", content(
-        (ResumeRequest = "application/x-www-form-urlencoded"),
-        (ResumeRequest = "multipart/form-data"),
-        (ResumeRequest = "application/json"),
-    )),
-    responses(
-        (status = 200, description = "SSE: a meta frame (replay for a finished run; catch_up then subscribed for a live one), each missing event once, in order, with id: <event_index>, then live events to the terminal one", body = String, content_type = "text/event-stream"),
-        (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 404, description = "No such agent or run, or the run is of another agent or session", body = ErrorBody), (status = 422, description = "A field or parameter that does not parse, is over its bound, or is unknown", body = ErrorBody),
-    )
-)]
-pub(super) async fn resume_run(
-    State(state): State<AppState>,
-    Path((agent_id, run_id)): Path<(String, String)>,
-    headers: HeaderMap,
-    request: Request,
-) -> Result<Response, ApiError> {
-    let agent = find_agent(&state.runtime, &agent_id)?;
-    let body: ResumeRequest = read_fields(&state, request).await?.typed()?;
-    let not_found = || ApiError::NotFound(format!("Run {run_id} not found"));
-    let parsed = RunId::parse(&run_id).map_err(|_| not_found())?;
-    let header_index = headers
-        .get("last-event-id")
-        .and_then(|value| value.to_str().ok());
-    let last_event_index = match (body.last_event_index, header_index) {
-        (Some(index), _) => u64::try_from(index).ok().map(EventIndex),
-        (None, None) => None,
-        (None, Some(text)) => {
-            let index: i64 = text.trim().parse().map_err(|_| {
-                ApiError::Unprocessable(format!(
-                    "last_event_index must be an integer, got {text:?}"
-                ))
-            })?;
-            u64::try_from(index).ok().map(EventIndex)
-        }
-    };
-    let view = state.runtime.run_head(&parsed)?.ok_or_else(not_found)?;
-    let wrong_session = body
-        .session_id
-        .as_deref()
-        .is_some_and(|session| session != view.session_id.as_str());
-    if view.agent_id != agent.id || wrong_session {
-        return Err(not_found());
-    }
-    let events = state.runtime.run_events_of(&view, last_event_index);
-    let requested = last_event_index
-        .map(|index| json!(index.0))
-        .unwrap_or(json!(null));
-    let after = last_event_index.map(|index| index.0 + 1).unwrap_or(0);
-    let missed = view.event_count.saturating_sub(after);
-    let meta = if view.status.is_terminal() {
-        vec![(
-            "replay",
-            json!({
-                "event": "replay",
-                "run_id": view.run_id,
-                "status": view.status.as_str(),
-                "total_events": view.event_count,
-                "last_event_index_requested": requested,
-                "message": format!("Run {}. Replaying {missed} stored events from the journal.", view.status.as_str().to_lowercase()),
-            }),
-        )]
-    } else {
-        vec![
-            (
-                "catch_up",
-                json!({
-                    "event": "catch_up",
-                    "run_id": view.run_id,
-                    "status": view.status.as_str(),
-                    "missed_events": missed,
-                    "current_event_count": view.event_count,
-                    "last_event_index_requested": requested,
-                    "message": format!("Run is {}; sending {missed} missed events.", view.status.as_str().to_lowercase()),
-                }),
-            ),
-            (
-                "subscribed",
-                json!({
-                    "event": "subscribed",
-                    "run_id": view.run_id,
-                    "status": view.status.as_str(),
-                    "current_event_count": view.event_count,
-                    "message": "Subscribed to live events.",
-                }),
-            ),
-        ]
-    };
-    let who = events::Who {
-        agent_id: view.agent_id.clone(),
-        agent_name: agent_name_of(&state.runtime, &view.agent_id),
-        session_id: view.session_id.to_string(),
-    };
-    Ok(sse::resume_stream(meta, events, who, state.sse.clone()))
-}
-
-/// The run a route names, checked against its agent and the optional `session_id`.
-pub(super) fn find_run(
-    state: &AppState,
-    agent: &AgentSpec,
-    run_id: &str,
-    session_id: Option<&str>,
-) -> Result<RunView, ApiError> {
-    let not_found = || ApiError::NotFound(format!("Run {run_id} not found"));
-    let parsed = RunId::parse(run_id).map_err(|_| not_found())?;
-    let view = state.runtime.run_view(&parsed)?.ok_or_else(not_found)?;
-    if view.agent_id != agent.id
-        || session_id.is_some_and(|session| session != view.session_id.as_str())
-    {
-        return Err(not_found());
-    }
-    Ok(view)
-}
-
-#[utoipa::path(
-    get, path = "/agents/{agent_id}/runs/{run_id}/checkpoints", tag = "runs", summary = "A run's tool-batch checkpoints and its end",
-    params(("agent_id" = String, Path, description = "An agent's id (GET /agents lists them)"), ("run_id" = String, Path, description = "A run's id"), SessionQuery),
-    responses((status = 200, description = "One checkpoint after each tool-result batch, then end", body = Checkpoints), (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 404, description = "No such agent or run, or the run is of another agent or session", body = ErrorBody))
-)]
-pub(super) async fn get_checkpoints(
-    State(state): State<AppState>,
-    Path((agent_id, run_id)): Path<(String, String)>,
-    Query(query): Query<SessionQuery>,
-) -> Result<Json<dto::Checkpoints>, ApiError> {
-    let agent = find_agent(&state.runtime, &agent_id)?;
-    let view = find_run(&state, agent, &run_id, query.session_id.as_deref())?;
-    Ok(Json(dto::checkpoints(&view)))
-}
-
-/// Continues a finished run as a new sibling run; answers like `POST /runs`.
-#[utoipa::path(
-    post, path = "/agents/{agent_id}/runs/{run_id}/continue", tag = "runs", summary = "Continue a finished run from a checkpoint as a new run",
-    params(("agent_id" = String, Path, description = "An agent's id (GET /agents lists them)"), ("run_id" = String, Path, description = "A run's id")),
-    request_body(description = "Where to continue from and what to send", content(
-        (ContinueRequest = "application/x-www-form-urlencoded"),
-        (ContinueRequest = "multipart/form-data"),
-        (ContinueRequest = "application/json"),
-    )),
-    responses(
-        (status = 200, description = "stream=false: the finished run; stream=true: its events as SSE (with background=true each frame carries event_index and run_id)", content(
-            (RunOutput = "application/json"),
-            (String = "text/event-stream"),
-        )),
-        (status = 202, description = "background=true, stream=false: the run is in the durable queue", body = Accepted),
-        (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 404, description = "No such agent or run, or the run is of another agent or session", body = ErrorBody),
-        (status = 409, description = "The run is cancelled or not finished (run_not_continuable), or its session is busy", body = ErrorBody),
-        (status = 422, description = "A field or parameter that does not parse, is over its bound, or is unknown", body = ErrorBody),
-        (status = 429, description = "The durable queue is full", body = ErrorBody),
-    )
-)]
-pub(super) async fn continue_run(
-    State(state): State<AppState>,
-    Path((agent_id, run_id)): Path<(String, String)>,
-    request: Request,
-) -> Result<Response, ApiError> {
-    let agent = find_agent(&state.runtime, &agent_id)?;
-    let body: ContinueRequest = read_fields(&state, request).await?.typed()?;
-    let source = find_run(&state, agent, &run_id, body.session_id.as_deref())?;
-    let continue_from = match body.continue_from.as_deref().unwrap_or("end") {
-        "end" => ContinueFrom::End,
-        "last_user" => ContinueFrom::LastUser,
-        other => ContinueFrom::MessageIndex(other.trim().parse().map_err(|_| {
-            ApiError::Unprocessable(format!(
-                "continue_from must be end, last_user or a message index, got {other:?}"
-            ))
-        })?),
-    };
-    let stream = body.stream.unwrap_or(true);
-    let background = body.background.unwrap_or(false);
-    let input = body.input;
-    if input
-        .as_ref()
-        .is_some_and(|input| input.len() > MESSAGE_BYTES_MAX)
-    {
-        return Err(ApiError::Unprocessable(format!(
-            "input is longer than {MESSAGE_BYTES_MAX} bytes"
-        )));
-    }
-    let command = ContinueRun {
-        run_id: source.run_id.clone(),
-        continue_from,
-        input,
-        user_id: bounded("user_id", body.user_id, USER_ID_BYTES_MAX)?,
-        options: json!({"stream": stream, "background": background}),
-        multitask: if background {
-            Multitask::Enqueue
-        } else {
-            Multitask::Reject
-        },
-    };
-    let agent_name = agent.name.clone();
-    let handle = match state.runtime.continue_run(command).await? {
-        Ok(handle) => handle,
-        Err(refused) => return Err(refused.into()),
-    };
-    respond_run(&state, handle, stream, background, (&agent.id, &agent_name)).await
 }
 
 /// The filters and page of `GET /agents/{agent_id}/runs`.

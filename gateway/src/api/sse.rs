@@ -21,7 +21,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use turnstile_actors::{RunEvents, WireEvent};
 
-use crate::api::events::{self, Who};
+use crate::wire::events::{self, Who};
 
 /// Frames coalesced into one write at most.
 const FRAMES_PER_WRITE_MAX: usize = 256;

@@ -1,0 +1,250 @@
+//! The `sessions` and `runs` subcommands' requests: list, show, cancel, tail and
+//! continue, each one or a few HTTP calls and their printing.
+
+use crate::client::print::{
+    RUN_HEADER, describe, print_json, print_page, print_run, run_rows, short, table, text, time,
+};
+use crate::client::{Failure, TERMINAL, Target, query, refusal};
+use futures::StreamExt;
+use serde_json::Value;
+use std::io::Write;
+
+/// `turnstile sessions list`.
+pub async fn sessions_list(
+    target: &Target,
+    agent: Option<String>,
+    user: Option<String>,
+    limit: Option<usize>,
+    page: Option<usize>,
+    json: bool,
+) -> Result<(), Failure> {
+    let path = format!(
+        "/sessions{}",
+        query(&[
+            ("component_id", agent),
+            ("user_id", user),
+            ("limit", limit.map(|n| n.to_string())),
+            ("page", page.map(|n| n.to_string())),
+        ])
+    );
+    let answer = target.get(&path).await?;
+    if json {
+        print_json(&answer);
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = answer["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|session| {
+            vec![
+                text(&session["session_id"]),
+                text(&session["agent_id"]),
+                text(&session["user_id"]),
+                text(&session["total_tokens"]),
+                time(&session["updated_at"]),
+                short(&session["session_name"], 40),
+            ]
+        })
+        .collect();
+    out!(
+        "{}",
+        table(
+            &["SESSION", "AGENT", "USER", "TOKENS", "UPDATED", "NAME"],
+            &rows
+        )
+    );
+    print_page(&answer["meta"], "sessions");
+    Ok(())
+}
+
+/// `turnstile sessions show ID`.
+pub async fn sessions_show(target: &Target, session: &str, json: bool) -> Result<(), Failure> {
+    let detail = target.get(&format!("/sessions/{session}")).await?;
+    let runs = target.get(&format!("/sessions/{session}/runs")).await?;
+    if json {
+        print_json(&serde_json::json!({"session": detail, "runs": runs}));
+        return Ok(());
+    }
+    outln!("session   {}", text(&detail["session_id"]));
+    outln!("agent     {}", text(&detail["agent_id"]));
+    outln!("user      {}", text(&detail["user_id"]));
+    outln!("name      {}", short(&detail["session_name"], 60));
+    outln!("created   {}", time(&detail["created_at"]));
+    outln!("updated   {}", time(&detail["updated_at"]));
+    outln!("tokens    {}", text(&detail["total_tokens"]));
+    outln!(
+        "harness   {}",
+        text(&detail["metadata"]["harness_session_id"])
+    );
+    outln!();
+    let runs: Vec<Value> = runs.as_array().cloned().unwrap_or_default();
+    out!("{}", table(&RUN_HEADER, &run_rows(&runs)));
+    Ok(())
+}
+
+/// `turnstile runs list`.
+pub async fn runs_list(
+    target: &Target,
+    agent: Option<String>,
+    session: Option<String>,
+    status: Option<String>,
+    limit: Option<usize>,
+    page: Option<usize>,
+    json: bool,
+) -> Result<(), Failure> {
+    let agent = target.agent_of(agent, None).await?;
+    let path = format!(
+        "/agents/{agent}/runs{}",
+        query(&[
+            ("session_id", session),
+            ("status", status),
+            ("limit", limit.map(|n| n.to_string())),
+            ("page", page.map(|n| n.to_string())),
+        ])
+    );
+    let answer = target.get(&path).await?;
+    if json {
+        print_json(&answer);
+        return Ok(());
+    }
+    let runs: Vec<Value> = answer["data"].as_array().cloned().unwrap_or_default();
+    out!("{}", table(&RUN_HEADER, &run_rows(&runs)));
+    print_page(&answer["meta"], &format!("runs of {agent}"));
+    Ok(())
+}
+
+/// `turnstile runs show RUN`.
+pub async fn runs_show(
+    target: &Target,
+    agent: Option<String>,
+    run_id: &str,
+    json: bool,
+) -> Result<(), Failure> {
+    let agent = target.agent_of(agent, Some(run_id)).await?;
+    let run = target
+        .get(&format!("/agents/{agent}/runs/{run_id}"))
+        .await?;
+    if json {
+        print_json(&run);
+    } else {
+        print_run(&run);
+    }
+    Ok(())
+}
+
+/// `turnstile runs cancel RUN`.
+pub async fn runs_cancel(
+    target: &Target,
+    agent: Option<String>,
+    run_id: &str,
+    json: bool,
+) -> Result<(), Failure> {
+    let agent = target.agent_of(agent, Some(run_id)).await?;
+    let answer = target
+        .json(target.request(
+            reqwest::Method::POST,
+            &format!("/agents/{agent}/runs/{run_id}/cancel"),
+        ))
+        .await?;
+    if json {
+        print_json(&answer);
+    } else {
+        outln!("cancel of {run_id} recorded (a finished run is left as it is)");
+    }
+    Ok(())
+}
+
+/// `turnstile runs tail RUN`: its events from an index on, live, until its end.
+pub async fn runs_tail(
+    target: &Target,
+    agent: Option<String>,
+    run_id: &str,
+    after: Option<i64>,
+    json: bool,
+) -> Result<(), Failure> {
+    let agent = target.agent_of(agent, Some(run_id)).await?;
+    let mut form = vec![];
+    if let Some(after) = after {
+        form.push(("last_event_index", after.to_string()));
+    }
+    let request = target
+        .request(
+            reqwest::Method::POST,
+            &format!("/agents/{agent}/runs/{run_id}/resume"),
+        )
+        .form(&form);
+    let response = target.send(request).await?;
+    let status = response.status();
+    if !status.is_success() {
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        return Err(Failure::Refused(refusal(status, &body)));
+    }
+    let mut stream = response.bytes_stream();
+    let mut buffer = String::new();
+    let mut out = std::io::stdout().lock();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk
+            .map_err(|error| Failure::Unreachable(anyhow::anyhow!("the stream broke: {error}")))?;
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buffer.find("\n\n") {
+            let frame: String = buffer.drain(..end + 2).collect();
+            let Some(data) = frame.lines().find_map(|line| line.strip_prefix("data: ")) else {
+                continue;
+            };
+            let Ok(event) = serde_json::from_str::<Value>(data) else {
+                continue;
+            };
+            let kind = text(&event["event"]);
+            let id = frame
+                .lines()
+                .find_map(|line| line.strip_prefix("id: "))
+                .unwrap_or("-");
+            let written = if json {
+                writeln!(out, "{data}")
+            } else {
+                writeln!(out, "{id:>5}  {kind:<18} {}", describe(&event))
+            };
+            // The reader went away: nothing more to follow for.
+            if written.and_then(|()| out.flush()).is_err() {
+                return Ok(());
+            }
+            if TERMINAL.contains(&kind.as_str()) {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `turnstile runs continue RUN`: a new run from one of its checkpoints.
+pub async fn runs_continue(
+    target: &Target,
+    agent: Option<String>,
+    run_id: &str,
+    from: String,
+    input: Option<String>,
+    json: bool,
+) -> Result<(), Failure> {
+    let agent = target.agent_of(agent, Some(run_id)).await?;
+    let mut form = vec![("continue_from", from), ("stream", "false".to_owned())];
+    if let Some(input) = input {
+        form.push(("input", input));
+    }
+    let run = target
+        .json(
+            target
+                .request(
+                    reqwest::Method::POST,
+                    &format!("/agents/{agent}/runs/{run_id}/continue"),
+                )
+                .form(&form),
+        )
+        .await?;
+    if json {
+        print_json(&run);
+    } else {
+        print_run(&run);
+    }
+    Ok(())
+}

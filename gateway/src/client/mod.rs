@@ -1,0 +1,188 @@
+//! `turnstile sessions …` and `turnstile runs …`: a running server's sessions and runs
+//! over its HTTP API, as readable tables (or `--json`, the server's own JSON).
+//!
+//! The server is `--url`, else the configured address (`--config`, else the default
+//! `127.0.0.1:7777`); the API key is read from the configured variable
+//! (`server.api_key_env`, `TURNSTILE_API_KEY` by default) when it is set. A refusal by
+//! the server prints its message and exits 1; a server that cannot be reached, 2.
+
+use crate::config::Config;
+pub use commands::{
+    runs_cancel, runs_continue, runs_list, runs_show, runs_tail, sessions_list, sessions_show,
+};
+use serde_json::Value;
+use std::process::ExitCode;
+
+pub use export::{Export, export};
+
+/// Where the server is and how to authenticate.
+pub struct Target {
+    base: String,
+    api_key: Option<String>,
+    client: reqwest::Client,
+}
+
+/// `println!` that does not panic when the reader went away (`| head`).
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `print!`, likewise.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        let _ = write!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+// Declared after the macros, which they use.
+mod commands;
+mod export;
+mod print;
+
+/// Statuses that end a run's stream.
+const TERMINAL: [&str; 3] = ["RunCompleted", "RunError", "RunCancelled"];
+
+impl Target {
+    /// From `--url` or the configuration.
+    pub fn new(url: Option<String>, config: &Config) -> anyhow::Result<Target> {
+        let base = match url {
+            Some(url) => url,
+            None => format!("http://{}", config.server.addr),
+        };
+        let base = base.trim_end_matches('/').to_owned();
+        if !base.starts_with("http://") {
+            anyhow::bail!("--url {base:?}: only http:// URLs are served by turnstile");
+        }
+        let api_key = std::env::var(&config.server.api_key_env)
+            .ok()
+            .filter(|key| !key.is_empty());
+        let client = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .build()?;
+        Ok(Target {
+            base,
+            api_key,
+            client,
+        })
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let request = self.client.request(method, format!("{}{path}", self.base));
+        match &self.api_key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        }
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<reqwest::Response> {
+        request
+            .send()
+            .await
+            .map_err(|error| anyhow::anyhow!("cannot reach the server at {}: {error}", self.base))
+    }
+
+    /// A JSON answer, or the server's refusal as an error.
+    async fn json(&self, request: reqwest::RequestBuilder) -> Result<Value, Failure> {
+        let response = self.send(request).await.map_err(Failure::Unreachable)?;
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        if status.is_success() {
+            return Ok(body);
+        }
+        Err(Failure::Refused(refusal(status, &body)))
+    }
+
+    async fn get(&self, path: &str) -> Result<Value, Failure> {
+        self.json(self.request(reqwest::Method::GET, path)).await
+    }
+
+    /// The agent a run belongs to: `--agent`, else the only configured agent, else the
+    /// agent whose runs hold it.
+    async fn agent_of(
+        &self,
+        agent: Option<String>,
+        run_id: Option<&str>,
+    ) -> Result<String, Failure> {
+        if let Some(agent) = agent {
+            return Ok(agent);
+        }
+        let agents = self.get("/agents").await?;
+        let ids: Vec<String> = agents
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|agent| agent["id"].as_str().map(str::to_owned))
+            .collect();
+        if let [only] = ids.as_slice() {
+            return Ok(only.clone());
+        }
+        if let Some(run_id) = run_id {
+            for id in &ids {
+                if self
+                    .get(&format!("/agents/{id}/runs/{run_id}"))
+                    .await
+                    .is_ok()
+                {
+                    return Ok(id.clone());
+                }
+            }
+            return Err(Failure::Refused(format!(
+                "run {run_id} is not a run of any agent ({})",
+                ids.join(", ")
+            )));
+        }
+        Err(Failure::Refused(format!(
+            "the server has several agents: pass --agent ({})",
+            ids.join(", ")
+        )))
+    }
+}
+
+/// Why a command did not get its answer.
+pub enum Failure {
+    /// The server answered with a refusal (its message).
+    Refused(String),
+    /// No answer at all.
+    Unreachable(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(error: anyhow::Error) -> Failure {
+        Failure::Unreachable(error)
+    }
+}
+
+/// The command's exit: 0, 1 for a refusal (printed), 2 when the server is unreachable.
+pub fn exit(result: Result<(), Failure>) -> anyhow::Result<ExitCode> {
+    match result {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(Failure::Refused(message)) => {
+            eprintln!("error: {message}");
+            Ok(ExitCode::from(1))
+        }
+        Err(Failure::Unreachable(error)) => Err(error),
+    }
+}
+
+fn refusal(status: reqwest::StatusCode, body: &Value) -> String {
+    let detail = body["detail"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| body.to_string());
+    format!("{detail} (HTTP {})", status.as_u16())
+}
+
+fn query(pairs: &[(&str, Option<String>)]) -> String {
+    let mut url = reqwest::Url::parse("http://x/").expect("a URL");
+    {
+        let mut query = url.query_pairs_mut();
+        for (key, value) in pairs {
+            if let Some(value) = value {
+                query.append_pair(key, value);
+            }
+        }
+    }
+    url.query().map(|q| format!("?{q}")).unwrap_or_default()
+}
