@@ -3,11 +3,12 @@
 
 use crate::session::{Accepted, CancelRunMsg, Queued, SessionActor, StartRunMsg};
 use actix::prelude::*;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-use turnstile_journal::{Event, EventIndex, Expected, RunId};
+use turnstile_journal::{Event, EventIndex, Expected, Recorded, RunId};
 
-use crate::api::{Multitask, Refused, RuntimeError};
+use crate::api::{AgentSpec, Multitask, Refused, RuntimeError, StartRun};
 use crate::run::cancelled_events;
 
 impl Handler<StartRunMsg> for SessionActor {
@@ -18,51 +19,119 @@ impl Handler<StartRunMsg> for SessionActor {
         StartRunMsg(command): StartRunMsg,
         ctx: &mut Self::Context,
     ) -> Self::Result {
-        let refuse = |refused| -> Self::Result { Box::pin(fut::ready(Ok(Err(refused)))) };
         self.last_active = Instant::now();
+        let agent = match self.admit(&command, ctx) {
+            Ok(Ok(agent)) => agent,
+            Ok(Err(refused)) => return Box::pin(fut::ready(Ok(Err(refused)))),
+            Err(error) => return Box::pin(fut::ready(Err(error))),
+        };
+        let run_id = RunId::new_v7();
+        let events = self.turn_events(&command, &agent, &run_id);
+        // The append is queued to the journal here, in the handler, so the journal's
+        // order of `RunQueued` is the order of this queue (issue 13: queued from a
+        // future polled later, 1,000 concurrent starts ran out of journal order).
+        let append =
+            match self
+                .shared
+                .journal
+                .append_in_order(&self.session_id, Expected::Any, events)
+            {
+                Ok(Ok(append)) => append,
+                refused => {
+                    // Nothing of the request was recorded: the session is as before.
+                    self.creating = false;
+                    self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+                    let answer = match refused {
+                        Ok(Err(_full)) => Ok(Err(Refused::QueueFull {
+                            limit: turnstile_journal::limits::APPEND_QUEUE_REQUESTS_MAX,
+                        })),
+                        Err(error) => self.append_refused(error, ctx),
+                        Ok(Ok(_)) => unreachable!("handled above"),
+                    };
+                    return Box::pin(fut::ready(answer));
+                }
+            };
+        // Queued before the append returns, so that a concurrent start sees the session busy.
+        self.queue.push_back(Queued {
+            run_id: run_id.clone(),
+            durable: false,
+            resume: false,
+        });
+        let live = self.shared.ensure_live(&run_id).subscribe();
+        Box::pin(append.into_actor(self).map(move |result, actor, ctx| {
+            actor.creating = false;
+            let accepted = actor.queued_durably(result, &run_id, ctx)?;
+            let from_seq = accepted
+                .iter()
+                .find(|record| matches!(record.event, Event::RunQueued { .. }))
+                .map(|record| record.seq)
+                .unwrap_or_default();
+            actor.pump(ctx);
+            Ok(Ok(Accepted {
+                run_id,
+                live,
+                from_seq,
+            }))
+        }))
+    }
+}
+
+impl SessionActor {
+    /// Whether a turn may be accepted now, checked before anything is journaled: the
+    /// session is not elsewhere, broken, compacting or busy (for `reject`), the agent
+    /// is known and the session's, and the queue has room (a place in it is taken).
+    fn admit(
+        &mut self,
+        command: &StartRun,
+        ctx: &mut Context<Self>,
+    ) -> Result<Result<AgentSpec, Refused>, RuntimeError> {
         if let Some(owner) = self.remote.clone() {
-            return Box::pin(fut::ready(Err(self.elsewhere(&owner, ctx))));
+            return Err(self.elsewhere(&owner, ctx));
         }
         if let Some(error) = self.broken_error() {
-            return Box::pin(fut::ready(Err(error)));
+            return Err(error);
         }
-        if let Err(error) = self.ensure_fresh(ctx) {
-            return Box::pin(fut::ready(Err(error)));
-        }
+        self.ensure_fresh(ctx)?;
         if self.compacting && command.multitask == Multitask::Reject {
-            return refuse(Refused::Compacting {
+            return Ok(Err(Refused::Compacting {
                 session_id: self.session_id.clone(),
-            });
+            }));
         }
         if command.multitask == Multitask::Reject
             && let Some(run_id) = self.busy_for_a_new_turn()
         {
-            return refuse(Refused::Busy {
+            return Ok(Err(Refused::Busy {
                 session_id: self.session_id.clone(),
                 run_id: run_id.clone(),
-            });
+            }));
         }
         let Some(agent) = self.shared.agents.get(&command.agent_id).cloned() else {
-            return refuse(Refused::UnknownAgent {
-                agent_id: command.agent_id,
-            });
+            return Ok(Err(Refused::UnknownAgent {
+                agent_id: command.agent_id.clone(),
+            }));
         };
         if self.state.exists() && self.state.session.agent_id != agent.id {
-            return refuse(Refused::AgentMismatch {
+            return Ok(Err(Refused::AgentMismatch {
                 session_id: self.session_id.clone(),
                 agent_id: self.state.session.agent_id.clone(),
-            });
+            }));
         }
         let queued = self.shared.queued.fetch_add(1, Ordering::SeqCst);
         if queued >= self.shared.max_queued_runs {
             self.shared.queued.fetch_sub(1, Ordering::SeqCst);
-            return refuse(Refused::QueueFull {
+            return Ok(Err(Refused::QueueFull {
                 limit: self.shared.max_queued_runs,
-            });
+            }));
         }
-        let run_id = RunId::new_v7();
+        Ok(Ok(agent))
+    }
+
+    /// The events that accept a turn: the session's creation (only the first of
+    /// concurrent first turns journals it), `RunQueued`, its idempotency key, and its
+    /// attachments' bytes (journaled with the run: any later turn or machine can stage
+    /// them).
+    fn turn_events(&mut self, command: &StartRun, agent: &AgentSpec, run_id: &RunId) -> Vec<Event> {
         let mut events = Vec::with_capacity(3);
-        // Concurrent first turns: only the first journals the session's creation.
         if !self.state.exists() && !self.creating {
             self.creating = true;
             events.push(Event::SessionCreated {
@@ -90,7 +159,6 @@ impl Handler<StartRunMsg> for SessionActor {
                 run_id: run_id.clone(),
             });
         }
-        // The bytes go into the journal with the run: any later turn or machine can stage them.
         for attachment in &command.attachments {
             events.push(Event::AttachmentAdded {
                 run_id: run_id.clone(),
@@ -100,92 +168,71 @@ impl Handler<StartRunMsg> for SessionActor {
                 content: attachment.bytes.clone(),
             });
         }
-        // The append is queued to the journal here, in the handler, so the journal's
-        // order of `RunQueued` is the order of this queue (issue 13: queued from a
-        // future polled later, 1,000 concurrent starts ran out of journal order).
-        let append =
-            match self
-                .shared
-                .journal
-                .append_in_order(&self.session_id, Expected::Any, events)
-            {
-                Ok(Ok(append)) => append,
-                Ok(Err(_full)) => {
-                    self.creating = false;
-                    self.shared.queued.fetch_sub(1, Ordering::SeqCst);
-                    return refuse(Refused::QueueFull {
-                        limit: turnstile_journal::limits::APPEND_QUEUE_REQUESTS_MAX,
-                    });
-                }
-                Err(error) => {
-                    // Nothing of the request was recorded: the session is as before.
-                    self.creating = false;
-                    self.shared.queued.fetch_sub(1, Ordering::SeqCst);
-                    if let turnstile_journal::Error::TooLarge { kind, bytes, limit } = error {
-                        let field = match kind {
-                            "AttachmentAdded" => "files",
-                            "IdempotencyKeyBound" => "idempotency_key",
-                            _ => "message",
-                        };
-                        return refuse(Refused::EventTooLarge {
-                            field,
-                            kind,
-                            bytes,
-                            limit,
-                        });
+        events
+    }
+
+    /// The answer to a turn whose append the journal refused before writing anything:
+    /// an event over the journal's bound is the client's to fix (named by its field);
+    /// anything else means the journal may have moved on, so the actor reads it again.
+    fn append_refused(
+        &mut self,
+        error: turnstile_journal::Error,
+        ctx: &mut Context<Self>,
+    ) -> Result<Result<Accepted, Refused>, RuntimeError> {
+        if let turnstile_journal::Error::TooLarge { kind, bytes, limit } = error {
+            let field = match kind {
+                "AttachmentAdded" => "files",
+                "IdempotencyKeyBound" => "idempotency_key",
+                _ => "message",
+            };
+            return Ok(Err(Refused::EventTooLarge {
+                field,
+                kind,
+                bytes,
+                limit,
+            }));
+        }
+        self.stale = true;
+        self.heal_later(ctx);
+        Err(RuntimeError::from(error))
+    }
+
+    /// Folds a turn's accepted records and marks it durable in the queue; a failed
+    /// append takes the turn out of the queue again and leaves the actor to read the
+    /// journal afresh.
+    fn queued_durably(
+        &mut self,
+        result: turnstile_journal::AppendResult,
+        run_id: &RunId,
+        ctx: &mut Context<Self>,
+    ) -> Result<Vec<Arc<Recorded>>, RuntimeError> {
+        let accepted = match result {
+            Ok(Ok(records)) => records,
+            failure => {
+                self.stale = true;
+                self.heal_later(ctx);
+                self.queue.retain(|queued| &queued.run_id != run_id);
+                self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+                self.shared.remove_live(run_id);
+                return Err(match failure {
+                    Err(error) => {
+                        self.check_fenced(&error, ctx);
+                        RuntimeError::from(error)
                     }
-                    self.stale = true;
-                    self.heal_later(ctx);
-                    return Box::pin(fut::ready(Err(RuntimeError::from(error))));
-                }
-            };
-        // Queued before the append returns, so that a concurrent start sees the session busy.
-        self.queue.push_back(Queued {
-            run_id: run_id.clone(),
-            durable: false,
-            resume: false,
-        });
-        let live = self.shared.ensure_live(&run_id).subscribe();
-        Box::pin(append.into_actor(self).map(move |result, actor, ctx| {
-            actor.creating = false;
-            let accepted = match result {
-                Ok(Ok(records)) => records,
-                failure => {
-                    actor.stale = true;
-                    actor.heal_later(ctx);
-                    actor.queue.retain(|queued| queued.run_id != run_id);
-                    actor.shared.queued.fetch_sub(1, Ordering::SeqCst);
-                    actor.shared.remove_live(&run_id);
-                    return Err(match failure {
-                        Err(error) => {
-                            actor.check_fenced(&error, ctx);
-                            RuntimeError::from(error)
-                        }
-                        Ok(Err(conflict)) => RuntimeError::Internal(conflict.to_string()),
-                        Ok(Ok(_)) => unreachable!("handled above"),
-                    });
-                }
-            };
-            actor.apply(&accepted);
-            if let Some(queued) = actor
-                .queue
-                .iter_mut()
-                .find(|queued| queued.run_id == run_id)
-            {
-                queued.durable = true;
+                    Ok(Err(conflict)) => RuntimeError::Internal(conflict.to_string()),
+                    Ok(Ok(_)) => unreachable!("handled above"),
+                });
             }
-            let from_seq = accepted
-                .iter()
-                .find(|record| matches!(record.event, Event::RunQueued { .. }))
-                .map(|record| record.seq)
-                .unwrap_or_default();
-            actor.pump(ctx);
-            Ok(Ok(Accepted {
-                run_id,
-                live,
-                from_seq,
-            }))
-        }))
+        };
+        self.apply(&accepted);
+        if let Some(queued) = self
+            .queue
+            .iter_mut()
+            .find(|queued| &queued.run_id == run_id)
+        {
+            queued.durable = true;
+        }
+        Ok(accepted)
     }
 }
 

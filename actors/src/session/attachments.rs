@@ -24,9 +24,56 @@ impl SessionActor {
         run: &RunView,
         agent: &AgentSpec,
     ) -> (Vec<RunId>, Result<String, String>, Vec<String>) {
-        // The run itself, then up to 10 earlier runs of its branch that had attachments:
-        // the walk back stops at the oldest run with attachments, so a session without
-        // any reads no earlier run.
+        let runs = self.runs_with_attachments(run);
+        if runs.is_empty() {
+            return (Vec::new(), Ok(String::new()), Vec::new());
+        }
+        let mut staged = Vec::new();
+        let mut note = String::new();
+        let mut changed_files = Vec::new();
+        for staged_run in &runs {
+            let files = self.attached_files(staged_run);
+            let kept = agent.keep_uploads && staged_run.run_id != run.run_id;
+            let staging = if kept {
+                crate::uploads::restage_kept(&agent.cwd, staged_run.run_id.as_str(), &files)
+            } else {
+                crate::uploads::stage(&agent.cwd, staged_run.run_id.as_str(), &files)
+                    .map(|dir| (dir, Vec::new()))
+            };
+            match staging {
+                Ok((_, changed)) => {
+                    // Relative to the cwd the harness runs in: no server path is shown.
+                    let dir = crate::uploads::run_dir(Path::new(""), staged_run.run_id.as_str());
+                    staged.push(staged_run.run_id.clone());
+                    note.push_str(&staged_note(
+                        staged_run,
+                        staged_run.run_id == run.run_id,
+                        &dir,
+                        &changed,
+                    ));
+                    changed_files.extend(
+                        changed
+                            .into_iter()
+                            .map(|name| dir.join(name).display().to_string()),
+                    );
+                }
+                Err(error) => {
+                    self.remove_staged_in(&agent.cwd, &staged);
+                    return (
+                        Vec::new(),
+                        Err(format!("attachments could not be staged: {error}")),
+                        Vec::new(),
+                    );
+                }
+            }
+        }
+        (staged, Ok(note), changed_files)
+    }
+
+    /// The run itself, then up to [`ATTACHMENT_RUNS_RESTORED`] earlier runs of its
+    /// branch that had attachments: the walk back stops at the oldest run with
+    /// attachments, so a session without any reads no earlier run.
+    fn runs_with_attachments(&self, run: &RunView) -> Vec<RunView> {
         let oldest = self
             .state
             .session
@@ -49,75 +96,26 @@ impl SessionActor {
                     .take(ATTACHMENT_RUNS_RESTORED),
             );
         }
-        if runs.is_empty() {
-            return (Vec::new(), Ok(String::new()), Vec::new());
-        }
-        let mut staged = Vec::new();
-        let mut note = String::new();
-        let mut changed_files = Vec::new();
-        for staged_run in &runs {
-            let files: Vec<(String, Vec<u8>)> = self
-                .shared
-                .journal
-                .read_session(&self.session_id, staged_run.queued_seq)
-                .take(staged_run.attachments.len() + 3)
-                .filter_map(Result::ok)
-                .filter_map(|record| match record.event {
-                    Event::AttachmentAdded {
-                        run_id,
-                        name,
-                        content,
-                        ..
-                    } if run_id == staged_run.run_id => Some((name, content)),
-                    _ => None,
-                })
-                .collect();
-            let kept = agent.keep_uploads && staged_run.run_id != run.run_id;
-            let staging = if kept {
-                crate::uploads::restage_kept(&agent.cwd, staged_run.run_id.as_str(), &files)
-            } else {
-                crate::uploads::stage(&agent.cwd, staged_run.run_id.as_str(), &files)
-                    .map(|dir| (dir, Vec::new()))
-            };
-            match staging {
-                Ok((_, changed)) => {
-                    // Relative to the cwd the harness runs in: no server path is shown.
-                    let dir = crate::uploads::run_dir(Path::new(""), staged_run.run_id.as_str());
-                    staged.push(staged_run.run_id.clone());
-                    let heading = if staged_run.run_id == run.run_id {
-                        "Attached files"
-                    } else {
-                        "Files attached earlier"
-                    };
-                    note.push_str(&format!("\n\n{heading} (in {}):", dir.display()));
-                    for attachment in &staged_run.attachments {
-                        let edited = if changed.contains(&attachment.name) {
-                            "; changed in the workspace since, left as it is"
-                        } else {
-                            ""
-                        };
-                        note.push_str(&format!(
-                            "\n- {} ({}, {} bytes{edited})",
-                            attachment.name, attachment.media_type, attachment.size
-                        ));
-                    }
-                    changed_files.extend(
-                        changed
-                            .into_iter()
-                            .map(|name| dir.join(name).display().to_string()),
-                    );
-                }
-                Err(error) => {
-                    self.remove_staged_in(&agent.cwd, &staged);
-                    return (
-                        Vec::new(),
-                        Err(format!("attachments could not be staged: {error}")),
-                        Vec::new(),
-                    );
-                }
-            }
-        }
-        (staged, Ok(note), changed_files)
+        runs
+    }
+
+    /// A run's attached files, read from the records just after its `RunQueued`.
+    fn attached_files(&self, run: &RunView) -> Vec<(String, Vec<u8>)> {
+        self.shared
+            .journal
+            .read_session(&self.session_id, run.queued_seq)
+            .take(run.attachments.len() + 3)
+            .filter_map(Result::ok)
+            .filter_map(|record| match record.event {
+                Event::AttachmentAdded {
+                    run_id,
+                    name,
+                    content,
+                    ..
+                } if run_id == run.run_id => Some((name, content)),
+                _ => None,
+            })
+            .collect()
     }
 
     pub(super) fn remove_staged(&self, staged: &[RunId]) {
@@ -136,4 +134,28 @@ impl SessionActor {
             }
         }
     }
+}
+
+/// What the turn's message says of a run's staged files: where they are (relative to
+/// the cwd the harness runs in: no server path is shown) and which were changed in the
+/// workspace since.
+fn staged_note(run: &RunView, own: bool, dir: &Path, changed: &[String]) -> String {
+    let heading = if own {
+        "Attached files"
+    } else {
+        "Files attached earlier"
+    };
+    let mut note = format!("\n\n{heading} (in {}):", dir.display());
+    for attachment in &run.attachments {
+        let edited = if changed.contains(&attachment.name) {
+            "; changed in the workspace since, left as it is"
+        } else {
+            ""
+        };
+        note.push_str(&format!(
+            "\n- {} ({}, {} bytes{edited})",
+            attachment.name, attachment.media_type, attachment.size
+        ));
+    }
+    note
 }

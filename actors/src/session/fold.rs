@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use turnstile_journal::{Event, Recorded, RunId};
 
-use turnstile_projections::RunStatus;
+use turnstile_projections::{RunStatus, SessionView, StoredRun, StoredSession};
 
 use crate::reads;
 use crate::run::RunIdentity;
@@ -58,18 +58,7 @@ impl SessionActor {
             records.push(record);
         }
         let records = &records[..];
-        for record in records {
-            let counter = match record.event {
-                Event::RunStarted { .. } => Some(&self.shared.counters.started),
-                Event::RunCompleted { .. } => Some(&self.shared.counters.completed),
-                Event::RunFailed { .. } => Some(&self.shared.counters.failed),
-                Event::RunCancelled { .. } => Some(&self.shared.counters.cancelled),
-                _ => None,
-            };
-            if let Some(counter) = counter {
-                counter.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        self.count_runs(records);
         // Stored forms follow the session at its turning points (a run accepted or
         // ended, a compaction, a deletion): the session's key and each run's own key,
         // so a write costs the same in a long session as in a short one.
@@ -109,10 +98,43 @@ impl SessionActor {
         // for the directory otherwise.
         let stored = idle.then(|| self.state.stored());
         let view = stored.is_none().then(|| self.state.session.clone());
+        self.store(runs, stored, view);
+        if idle {
+            self.state.retire();
+            if self.queue.is_empty() {
+                // An idle actor keeps no room for a queue it does not have.
+                self.queue.shrink_to_fit();
+            }
+        }
+    }
+
+    /// Counts the runs started and ended, for the runtime's metrics.
+    fn count_runs(&self, records: &[Arc<Recorded>]) {
+        for record in records {
+            let counter = match record.event {
+                Event::RunStarted { .. } => Some(&self.shared.counters.started),
+                Event::RunCompleted { .. } => Some(&self.shared.counters.completed),
+                Event::RunFailed { .. } => Some(&self.shared.counters.failed),
+                Event::RunCancelled { .. } => Some(&self.shared.counters.cancelled),
+                _ => None,
+            };
+            if let Some(counter) = counter {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Writes the runs' stored forms, the session's (when there is one) and its facts
+    /// in the directory. They outlive this actor: they are written on the keeper's
+    /// thread (see `keeper`), and the actor waits for them.
+    fn store(
+        &self,
+        runs: Vec<StoredRun>,
+        stored: Option<StoredSession>,
+        view: Option<SessionView>,
+    ) {
         let shared = self.shared.clone();
         let session_id = self.session_id.clone();
-        // The stored forms and the directory outlive this actor: they are written on
-        // the keeper's thread (see `keeper`), and the actor waits for them.
         self.shared.keeper.run(move || {
             for run in &runs {
                 reads::put_run(&shared.journal, run);
@@ -128,12 +150,5 @@ impl SessionActor {
                 reads::put_session(&shared.journal, stored);
             }
         });
-        if idle {
-            self.state.retire();
-            if self.queue.is_empty() {
-                // An idle actor keeps no room for a queue it does not have.
-                self.queue.shrink_to_fit();
-            }
-        }
     }
 }

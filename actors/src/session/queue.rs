@@ -2,19 +2,19 @@
 //! first and only then takes a slot, so a turn waiting behind its session costs neither
 //! an attempt nor a slot; the head's run task is started here.
 
+use crate::history::{branch_history, render_prompt};
+use crate::run::{RunIdentity, RunTask};
 use crate::session::end::RunFinishedMsg;
 use crate::session::fold::RecordsAppended;
 use crate::session::{InFlight, SessionActor};
+use crate::{AgentSpec, reads};
 use actix::prelude::*;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 use turnstile_harness::TurnRequest;
 use turnstile_journal::{Event, EventIndex, RunEvent, RunId, Warning};
-
-use crate::history::{branch_history, render_prompt};
-use crate::reads;
-use crate::run::RunTask;
+use turnstile_projections::RunView;
 
 impl SessionActor {
     /// The run the session is busy with: the one running, else the head of the queue.
@@ -96,95 +96,15 @@ impl SessionActor {
             staged,
         });
         let live = self.shared.ensure_live(&run.run_id);
-        let mut next_index = EventIndex(run.event_count);
-        let mut events = Vec::new();
-        if !head.resume {
-            let info = agent.harness.info();
-            events.push(Event::RunStarted {
-                run_id: run.run_id.clone(),
-                model: info.model.clone(),
-                model_provider: info.model_provider.clone(),
-            });
-            events.push(identity.emitted(
-                next_index,
-                RunEvent::Started {
-                    model: info.model.clone(),
-                    model_provider: info.model_provider.clone(),
-                },
-            ));
-            next_index = next_index.next();
-        }
-        if !changed_files.is_empty() {
-            events.push(identity.emitted(
-                next_index,
-                RunEvent::Warning {
-                    warning: Warning::AttachmentsChanged {
-                        files: changed_files,
-                    },
-                },
-            ));
-            next_index = next_index.next();
-        }
-        // A continuation runs on a fork of the source's harness session that keeps the
-        // transcript up to the continuation point; every other run resumes the newest
-        // branch. The lines are read from the journal only if the harness asks.
-        let (harness_session_id, source, kept) = match (&run.fork, head.resume) {
-            (Some(fork), false) => {
-                let forked_id = uuid::Uuid::now_v7().to_string();
-                let kept = self
-                    .state
-                    .session
-                    .lines_of(&fork.harness_session_id)
-                    .min(fork.transcript_lines);
-                events.push(Event::HarnessSessionForked {
-                    run_id: run.run_id.clone(),
-                    from_run_id: fork.from_run_id.clone(),
-                    message_index: fork.message_index,
-                    from_harness_session_id: fork.harness_session_id.clone(),
-                    harness_session_id: forked_id.clone(),
-                    transcript_lines: kept,
-                });
-                (Some(forked_id), Some(fork.harness_session_id.clone()), kept)
-            }
-            _ => {
-                let current = self.state.session.harness_session_id.clone();
-                (
-                    current.clone(),
-                    current,
-                    self.state.session.transcript_len(),
-                )
-            }
-        };
-        let transcript = match source {
-            Some(source) if kept > 0 => {
-                let journal = self.shared.journal.clone();
-                let session_id = self.session_id.clone();
-                turnstile_harness::Transcript::lazy(kept as usize, move || {
-                    let mut lines = reads::transcript(&journal, &session_id, &source)
-                        .map_err(|error| error.to_string())?;
-                    // Lines journaled since the turn began are this turn's own.
-                    lines.truncate(kept as usize);
-                    Ok(lines)
-                })
-            }
-            _ => turnstile_harness::Transcript::default(),
-        };
+        let (mut events, next_index) =
+            self.start_events(&run, head.resume, &identity, &agent, changed_files);
+        let (harness_session_id, transcript) =
+            self.harness_session_for(&run, head.resume, &mut events);
         let output_schema = serde_json::from_str::<serde_json::Value>(&run.options)
             .ok()
             .map(|options| options["output_schema"].clone())
             .filter(|schema| schema.is_object());
-        // Rendered only if the harness session cannot be resumed.
-        let fallback_prompt: Option<crate::run::FallbackPrompt> = match run.fork {
-            Some(_) => None,
-            None => {
-                let journal = self.shared.journal.clone();
-                let current = run.clone();
-                Some(Box::new(move || {
-                    let load = |run_id: &RunId| reads::branch_run(&journal, run_id);
-                    render_prompt(&branch_history(load, &current), &current.input)
-                }))
-            }
-        };
+        let fallback_prompt = self.fallback_prompt(&run);
         let task = RunTask {
             identity,
             journal: self.shared.journal.clone(),
@@ -229,5 +149,118 @@ impl SessionActor {
             // `do_send` ignores the mailbox bound: the end of a run is never dropped.
             address.do_send(RunFinishedMsg(finished));
         });
+    }
+
+    /// The events a turn starts with, journaled with its first harness events: its
+    /// start (not again for a resumed run) and a warning that kept attachments changed.
+    fn start_events(
+        &self,
+        run: &RunView,
+        resume: bool,
+        identity: &RunIdentity,
+        agent: &AgentSpec,
+        changed_files: Vec<String>,
+    ) -> (Vec<Event>, EventIndex) {
+        let mut next_index = EventIndex(run.event_count);
+        let mut events = Vec::new();
+        if !resume {
+            let info = agent.harness.info();
+            events.push(Event::RunStarted {
+                run_id: run.run_id.clone(),
+                model: info.model.clone(),
+                model_provider: info.model_provider.clone(),
+            });
+            events.push(identity.emitted(
+                next_index,
+                RunEvent::Started {
+                    model: info.model.clone(),
+                    model_provider: info.model_provider.clone(),
+                },
+            ));
+            next_index = next_index.next();
+        }
+        if !changed_files.is_empty() {
+            events.push(identity.emitted(
+                next_index,
+                RunEvent::Warning {
+                    warning: Warning::AttachmentsChanged {
+                        files: changed_files,
+                    },
+                },
+            ));
+            next_index = next_index.next();
+        }
+        (events, next_index)
+    }
+
+    /// The harness session a turn runs on, and its transcript. A continuation runs on
+    /// a fork of the source's harness session that keeps the transcript up to the
+    /// continuation point (the fork is journaled with the turn's start); every other
+    /// run resumes the newest branch. The lines are read from the journal only if the
+    /// harness asks.
+    fn harness_session_for(
+        &self,
+        run: &RunView,
+        resume: bool,
+        events: &mut Vec<Event>,
+    ) -> (Option<String>, turnstile_harness::Transcript) {
+        let (harness_session_id, source, kept) = match (&run.fork, resume) {
+            (Some(fork), false) => {
+                let forked_id = uuid::Uuid::now_v7().to_string();
+                let kept = self
+                    .state
+                    .session
+                    .lines_of(&fork.harness_session_id)
+                    .min(fork.transcript_lines);
+                events.push(Event::HarnessSessionForked {
+                    run_id: run.run_id.clone(),
+                    from_run_id: fork.from_run_id.clone(),
+                    message_index: fork.message_index,
+                    from_harness_session_id: fork.harness_session_id.clone(),
+                    harness_session_id: forked_id.clone(),
+                    transcript_lines: kept,
+                });
+                (Some(forked_id), Some(fork.harness_session_id.clone()), kept)
+            }
+            _ => {
+                let current = self.state.session.harness_session_id.clone();
+                (
+                    current.clone(),
+                    current,
+                    self.state.session.transcript_len(),
+                )
+            }
+        };
+        let transcript = match source {
+            Some(source) if kept > 0 => {
+                let journal = self.shared.journal.clone();
+                let session_id = self.session_id.clone();
+                turnstile_harness::Transcript::lazy(kept as usize, move || {
+                    let mut lines = reads::transcript(&journal, &session_id, &source)
+                        .map_err(|error| error.to_string())?;
+                    // Lines journaled since the turn began are this turn's own.
+                    lines.truncate(kept as usize);
+                    Ok(lines)
+                })
+            }
+            _ => turnstile_harness::Transcript::default(),
+        };
+        (harness_session_id, transcript)
+    }
+
+    /// The prompt that replays the branch's history, rendered only if the harness
+    /// session cannot be resumed (a continuation has its fork instead).
+    fn fallback_prompt(&self, run: &RunView) -> Option<crate::run::FallbackPrompt> {
+        match run.fork {
+            Some(_) => None,
+            None => {
+                let journal = self.shared.journal.clone();
+                let current = run.clone();
+                Some(Box::new(move || {
+                    let load = |run_id: &RunId| reads::branch_run(&journal, run_id);
+                    render_prompt(&branch_history(load, &current), &current.input)
+                }))
+            }
+        }
     }
 }

@@ -34,7 +34,7 @@ use crate::{
 use pool::{Pool, Warm};
 use process::CliProcess;
 use process::mirror;
-use transcript::{TranscriptTail, restored_text};
+use transcript::TranscriptTail;
 
 pub use dialect::{CliSettings, Dialect, Launch, LineContext, Step, TurnStart};
 
