@@ -1,7 +1,8 @@
 //! Architecture invariants of `docs/ARCHITECTURE.md`, checked from the manifests and
 //! sources so they cannot rot: the dependency direction between crates, the libraries
 //! reserved to one crate, versions only in the workspace, a `//!` doc atop every
-//! Rust file, `unsafe` in one place only, and fault injection in the tests only.
+//! Rust file, no circle between the files of a crate, `unsafe` in one place only, and
+//! fault injection in the tests only.
 
 use std::path::{Path, PathBuf};
 
@@ -229,103 +230,186 @@ fn only_the_harness_crate_knows_a_cli_dialect() {
     assert!(violations.is_empty(), "{violations:#?}");
 }
 
-/// The modules of `actors/src` a module names through `crate::`.
-fn crate_imports(text: &str, modules: &[String]) -> Vec<String> {
-    let mut found: Vec<String> = text
-        .match_indices("crate::")
-        .filter_map(|(at, _)| {
-            let rest = &text[at + "crate::".len()..];
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+/// A crate's files as modules: `journal/src/sled/keys.rs` is `["sled", "keys"]`, a
+/// `mod.rs`, `lib.rs` or `main.rs` is its folder's module.
+fn modules_of(krate: &str) -> std::collections::BTreeMap<Vec<String>, PathBuf> {
+    let src = root().join(krate).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files
+        .into_iter()
+        .map(|path| {
+            let relative = path.strip_prefix(&src).unwrap().with_extension("");
+            let mut module: Vec<String> = relative
+                .iter()
+                .map(|part| part.to_string_lossy().into_owned())
                 .collect();
-            // `use crate::{a::X, b::Y}` names several.
-            if name.is_empty() && rest.starts_with('{') {
-                return None;
+            if matches!(
+                module.last().map(String::as_str),
+                Some("mod" | "lib" | "main")
+            ) {
+                module.pop();
             }
-            modules.contains(&name).then_some(name)
+            (module, path)
         })
-        .collect();
-    for (at, _) in text.match_indices("crate::{") {
-        let group = &text[at + "crate::{".len()..];
-        let group = &group[..group.find("};").unwrap_or(group.len())];
-        for part in group.split(',') {
-            let name = part
-                .trim()
-                .split("::")
-                .next()
-                .unwrap_or_default()
-                .to_owned();
-            if modules.contains(&name) {
-                found.push(name);
+        .collect()
+}
+
+/// The paths a source names from its own crate, `crate::a::b`, `super::a`, `self::a`,
+/// each item of a group (`crate::{a::X, b}`) apart, resolved against `module`.
+fn named_paths(text: &str, module: &[String]) -> Vec<Vec<String>> {
+    // Comments say what code does not do; only code counts.
+    let code: String = text
+        .lines()
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut found = Vec::new();
+    for head in ["crate::", "super::", "self::"] {
+        for (at, _) in code.match_indices(head) {
+            if code[..at].chars().next_back().is_some_and(word) {
+                continue;
+            }
+            let mut base: Vec<String> = match head {
+                "crate::" => Vec::new(),
+                "super::" => module[..module.len().saturating_sub(1)].to_vec(),
+                _ => module.to_vec(),
+            };
+            let mut rest = &code[at + head.len()..];
+            while let Some(after) = rest.strip_prefix("super::") {
+                base.pop();
+                rest = after;
+            }
+            let items: Vec<&str> = match rest.strip_prefix('{') {
+                // One level of grouping: the first segment of each item is enough.
+                Some(group) => group[..group.find('}').unwrap_or(group.len())]
+                    .split(',')
+                    .collect(),
+                None => vec![rest],
+            };
+            for item in items {
+                let mut path = base.clone();
+                for segment in item.trim().split("::") {
+                    let name: String = segment.chars().take_while(|c| word(*c)).collect();
+                    if name.is_empty() || name == "self" {
+                        break;
+                    }
+                    path.push(name);
+                    if !segment.chars().all(word) {
+                        break;
+                    }
+                }
+                found.push(path);
             }
         }
     }
-    found.sort();
-    found.dedup();
     found
 }
 
-#[test]
-fn the_actors_modules_import_each_other_without_a_circle() {
-    let dir = root().join("actors/src");
-    let modules: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .flatten()
-        .filter_map(|entry| {
-            let name = entry.file_name().into_string().ok()?;
-            let module = name.strip_suffix(".rs")?;
-            (module != "lib").then(|| module.to_owned())
-        })
-        .collect();
-    assert!(modules.len() >= 6, "modules: {modules:?}");
-    let graph: std::collections::BTreeMap<String, Vec<String>> = modules
+/// Which of a crate's files each file uses, by the modules its paths name: a file's
+/// own ancestors and descendants do not count (a folder's `mod.rs` and its files are
+/// one module's parts).
+fn file_graph(krate: &str) -> std::collections::BTreeMap<Vec<String>, Vec<Vec<String>>> {
+    let modules = modules_of(krate);
+    modules
         .iter()
-        .map(|module| {
-            let text = std::fs::read_to_string(dir.join(format!("{module}.rs"))).unwrap();
-            let imports = crate_imports(&text, &modules)
+        .map(|(module, path)| {
+            let text = std::fs::read_to_string(path).unwrap();
+            let mut uses: Vec<Vec<String>> = named_paths(&text, module)
                 .into_iter()
-                .filter(|name| name != module)
+                .filter_map(|path| {
+                    (0..=path.len())
+                        .rev()
+                        .map(|len| path[..len].to_vec())
+                        .find(|prefix| modules.contains_key(prefix))
+                })
+                .filter(|target| !target.starts_with(module) && !module.starts_with(target))
                 .collect();
-            (module.clone(), imports)
+            uses.sort();
+            uses.dedup();
+            (module.clone(), uses)
         })
-        .collect();
-    // Depth-first search; a module met again on the current path closes a circle.
+        .collect()
+}
+
+#[test]
+fn no_circle_between_the_files_of_any_crate() {
+    type Graph = std::collections::BTreeMap<Vec<String>, Vec<Vec<String>>>;
+    // Depth-first search; a file met again on the current path closes a circle.
     fn visit(
-        module: &str,
-        graph: &std::collections::BTreeMap<String, Vec<String>>,
-        path: &mut Vec<String>,
-        done: &mut std::collections::BTreeSet<String>,
-    ) -> Option<Vec<String>> {
+        module: &Vec<String>,
+        graph: &Graph,
+        path: &mut Vec<Vec<String>>,
+        done: &mut std::collections::BTreeSet<Vec<String>>,
+    ) -> Option<Vec<Vec<String>>> {
         if let Some(start) = path.iter().position(|m| m == module) {
             let mut circle = path[start..].to_vec();
-            circle.push(module.to_owned());
+            circle.push(module.clone());
             return Some(circle);
         }
         if done.contains(module) {
             return None;
         }
-        path.push(module.to_owned());
+        path.push(module.clone());
         for next in &graph[module] {
             if let Some(circle) = visit(next, graph, path, done) {
                 return Some(circle);
             }
         }
         path.pop();
-        done.insert(module.to_owned());
+        done.insert(module.clone());
         None
     }
-    let mut done = std::collections::BTreeSet::new();
-    for module in graph.keys() {
-        if let Some(circle) = visit(module, &graph, &mut Vec::new(), &mut done) {
-            panic!("import circle in actors/: {}", circle.join(" -> "));
+    for krate in CRATES {
+        let graph = file_graph(krate);
+        assert!(
+            graph.len() >= 3,
+            "{krate}: found only {} files",
+            graph.len()
+        );
+        let mut done = std::collections::BTreeSet::new();
+        for module in graph.keys() {
+            if let Some(circle) = visit(module, &graph, &mut Vec::new(), &mut done) {
+                let names: Vec<String> = circle.iter().map(|m| m.join("/")).collect();
+                panic!("import circle in {krate}/src: {}", names.join(" -> "));
+            }
         }
     }
-    // The facade is the top: nothing below it names it.
-    for (module, imports) in &graph {
+}
+
+#[test]
+fn the_file_graph_sees_a_circle_and_a_group() {
+    // The check above must be able to fail: a known circle of harness's (#28, now
+    // gone) written as two sources, and a grouped import.
+    let outcome = named_paths(
+        "use super::process::CliProcess;\nuse crate::{codex::protocol::Tokens, registry};",
+        &["cli".to_owned(), "transcript".to_owned()],
+    );
+    let expected: Vec<Vec<String>> = [
+        vec!["codex", "protocol", "Tokens"],
+        vec!["registry"],
+        vec!["cli", "process", "CliProcess"],
+    ]
+    .iter()
+    .map(|path| path.iter().map(|s| s.to_string()).collect())
+    .collect();
+    assert_eq!(outcome, expected);
+}
+
+#[test]
+fn nothing_in_actors_names_the_runtime_facade() {
+    // The facade is the top: public types belong in api.rs.
+    for (module, uses) in file_graph("actors") {
+        if module.first().map(String::as_str) == Some("runtime") {
+            continue;
+        }
         assert!(
-            !imports.contains(&"runtime".to_owned()),
-            "{module} imports the runtime facade; public types belong in api.rs"
+            !uses
+                .iter()
+                .any(|used| used.first().map(String::as_str) == Some("runtime")),
+            "{} imports the runtime facade; public types belong in api.rs",
+            module.join("/")
         );
     }
 }
