@@ -272,6 +272,30 @@ pub enum RuntimeError {
     /// Anything else that should not happen.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A task of the runtime panicked or was cancelled.
+    #[error("a runtime task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+    /// The runtime could not start one of its threads.
+    #[error("a runtime thread could not start: {0}")]
+    Spawn(std::io::Error),
+    /// The session's stream moved on under an append that expected its end: another
+    /// writer appended first (the session's actor reads the journal again).
+    #[error(transparent)]
+    Conflict(#[from] turnstile_journal::Conflict),
+    /// The replica that owns a session neither took a command nor gave the session up
+    /// in time.
+    #[error("session {session_id} stays with replica {owner}{detail}")]
+    OwnerSilent {
+        /// The session.
+        session_id: SessionId,
+        /// Its owner.
+        owner: String,
+        /// What was asked of it, for the message.
+        detail: &'static str,
+    },
+    /// Another replica answered a command in a form this build does not read.
+    #[error("a replica's reply: {0}")]
+    ReplicaReply(String),
     /// Another live replica holds the session (PostgreSQL journal): the runtime hands
     /// the command to it, or refuses a turn as busy with the run it names.
     #[error("session {session_id} is owned by replica {owner}")]

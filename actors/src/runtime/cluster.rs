@@ -87,7 +87,7 @@ impl Runtime {
                     }
                 });
             })
-            .map_err(|error| RuntimeError::Internal(error.to_string()))?;
+            .map_err(RuntimeError::Spawn)?;
         Ok(())
     }
 
@@ -109,20 +109,20 @@ impl Runtime {
                 journal.send_command(&session_id, &owner, "enqueue", body)
             })
             .await
-            .map_err(|error| RuntimeError::Internal(error.to_string()))??
+            .map_err(RuntimeError::from)??
         };
         let Some(reply) = self.journal().command_reply(id, ELSEWHERE_WAIT).await? else {
             return Ok(None);
         };
         let reply: serde_json::Value = serde_json::from_str(&reply)
-            .map_err(|error| RuntimeError::Internal(format!("a replica's reply: {error}")))?;
+            .map_err(|error| RuntimeError::ReplicaReply(error.to_string()))?;
         if let Some(refused) = reply.get("refused").and_then(|r| r.as_str()) {
             return Ok(Some(Err(refused_from_reply(refused, session_id))));
         }
         let run_id: RunId = reply["run_id"]
             .as_str()
             .and_then(|id| id.parse().ok())
-            .ok_or_else(|| RuntimeError::Internal(format!("a replica's reply: {reply}")))?;
+            .ok_or_else(|| RuntimeError::ReplicaReply(reply.to_string()))?;
         let from_seq = Seq(reply["from_seq"].as_u64().unwrap_or(0));
         Ok(Some(Ok(RunHandle {
             events: RunEvents::new(
@@ -208,9 +208,11 @@ impl Runtime {
                     }));
                 }
                 Ok(Err(RuntimeError::Elsewhere { owner, .. })) if Instant::now() >= deadline => {
-                    return Err(RuntimeError::Internal(format!(
-                        "session {session_id} stays with replica {owner}"
-                    )));
+                    return Err(RuntimeError::OwnerSilent {
+                        session_id: session_id.clone(),
+                        owner,
+                        detail: "",
+                    });
                 }
                 Ok(Err(RuntimeError::Elsewhere { .. })) => {}
                 Err(RuntimeError::Stopped)

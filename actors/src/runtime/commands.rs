@@ -102,9 +102,11 @@ impl Runtime {
                             (Multitask::Reject, None) => {}
                         }
                         if Instant::now() >= deadline {
-                            return Err(RuntimeError::Internal(format!(
-                                "session {session_id} stays with replica {owner}, which does not take the turn"
-                            )));
+                            return Err(RuntimeError::OwnerSilent {
+                                session_id: session_id.clone(),
+                                owner,
+                                detail: ", which does not take the turn",
+                            });
                         }
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     }
@@ -127,7 +129,7 @@ impl Runtime {
             }))
         })
         .await
-        .map_err(|error| RuntimeError::Internal(error.to_string()))?
+        .map_err(RuntimeError::from)?
     }
 
     /// A handle on an existing run, its events from index 0.
@@ -178,7 +180,7 @@ impl Runtime {
                         journal.send_command(&session, &owner, "cancel", run)
                     })
                     .await
-                    .map_err(|error| RuntimeError::Internal(error.to_string()))??;
+                    .map_err(RuntimeError::from)??;
                     if let Some(reply) = self.journal().command_reply(id, ELSEWHERE_WAIT).await? {
                         let reply: serde_json::Value =
                             serde_json::from_str(&reply).unwrap_or_default();
@@ -213,7 +215,7 @@ impl Runtime {
             Ok(session.send(message).await?)
         })
         .await
-        .map_err(|error| RuntimeError::Internal(error.to_string()))?
+        .map_err(RuntimeError::from)?
     }
 
     /// Continues a finished run from one of its checkpoints as a new run with fork

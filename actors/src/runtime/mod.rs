@@ -146,7 +146,7 @@ impl Runtime {
                     let _ = arbiter.join();
                 }
             })
-            .map_err(|error| RuntimeError::Internal(error.to_string()))?;
+            .map_err(RuntimeError::Spawn)?;
         let (system, registry) = receiver.recv().map_err(|_| RuntimeError::Stopped)?;
         // No ghost runs: every session with a run left open wakes now and resolves it.
         let mut sessions: Vec<SessionId> = open_runs
@@ -210,7 +210,7 @@ impl Runtime {
         let registry = self.inner.registry.clone();
         tokio::spawn(async move { Ok(registry.send(CountSessions).await?) })
             .await
-            .map_err(|error| RuntimeError::Internal(error.to_string()))?
+            .map_err(RuntimeError::from)?
     }
 
     /// Run counters since the runtime opened, and the queue's depth now.
@@ -275,7 +275,7 @@ impl Runtime {
         if let Some(thread) = thread {
             tokio::task::spawn_blocking(move || thread.join())
                 .await
-                .map_err(|error| RuntimeError::Internal(error.to_string()))?
+                .map_err(RuntimeError::from)?
                 .map_err(|_| RuntimeError::Internal("actor thread panicked".into()))?;
         }
         self.journal().close()?;

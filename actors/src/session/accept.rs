@@ -219,7 +219,7 @@ impl SessionActor {
                         self.check_fenced(&error, ctx);
                         RuntimeError::from(error)
                     }
-                    Ok(Err(conflict)) => RuntimeError::Internal(conflict.to_string()),
+                    Ok(Err(conflict)) => RuntimeError::Conflict(conflict),
                     Ok(Ok(_)) => unreachable!("handled above"),
                 });
             }

@@ -157,8 +157,7 @@ async fn compact_and_journal(
     };
     let records = journal
         .append(&session_id, Expected::Any, vec![event])
-        .await?
-        .map_err(|c| RuntimeError::Internal(c.to_string()))?;
+        .await??;
     let outcome = CompactOutcome {
         compacted: true,
         status: "compacted",

@@ -51,7 +51,7 @@ impl Handler<DeleteSessionMsg> for SessionActor {
                 Ok(Err(conflict)) => {
                     actor.stale = true;
                     actor.heal_later(ctx);
-                    Err(RuntimeError::Internal(conflict.to_string()))
+                    Err(RuntimeError::Conflict(conflict))
                 }
                 Err(error) => {
                     actor.stale = true;

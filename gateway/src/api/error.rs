@@ -112,6 +112,13 @@ impl From<RuntimeError> for ApiError {
             tracing::warn!(%journal, "journal unavailable: answered 503");
             return ApiError::JournalUnavailable(detail);
         }
+        // Another writer appended to the session first: the client may try again.
+        if let RuntimeError::Conflict(conflict) = &error {
+            return ApiError::Conflict {
+                error_type: "session_busy",
+                message: conflict.to_string(),
+            };
+        }
         ApiError::Internal(error.to_string())
     }
 }
