@@ -7,14 +7,10 @@
 //! `[earlier history omitted]`. The branch follows fork lineage: a continuation's
 //! past is its source run up to the continuation point, never the abandoned turns.
 
+use turnstile_journal::limits::{
+    BRANCH_STEPS_MAX, HISTORY_CHARS_MAX, TOOL_RESULT_CHARS_MAX, TOOL_RESULT_TAIL_CHARS,
+};
 use turnstile_projections::RunView;
-
-/// Longest tool result kept whole, in characters.
-pub const TOOL_RESULT_CHARS_MAX: usize = 2_000;
-/// Characters kept from the end of a truncated tool result.
-pub const TOOL_RESULT_TAIL_CHARS: usize = 400;
-/// Budget of the rendered history, in characters.
-pub const HISTORY_CHARS_MAX: usize = 24_000;
 
 /// One entry of the conversation.
 #[derive(Debug, Clone, PartialEq)]
@@ -128,9 +124,6 @@ pub struct BranchWalk<F> {
     next: Option<(turnstile_journal::RunId, Option<u32>)>,
     steps: usize,
 }
-
-/// Most runs a walk visits (a guard against a lineage that loops).
-const BRANCH_STEPS_MAX: usize = 1_000_000;
 
 fn predecessor(run: &RunView) -> Option<(turnstile_journal::RunId, Option<u32>)> {
     match &run.fork {

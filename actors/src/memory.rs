@@ -17,14 +17,13 @@
 //! `docs/PERFORMANCE.md`, "Memory per session").
 
 use std::time::Duration;
+use turnstile_journal::limits::MEMORY_RELEASE_AFTER_MS;
 
 use actix::ArbiterHandle;
 
 use crate::session::Shared;
 
-/// How long after the first passivation of a burst a round runs: the rest of the burst
-/// has passivated by then, and a steady trickle costs one round per interval.
-pub(crate) const RELEASE_AFTER: Duration = Duration::from_millis(500);
+pub(crate) const RELEASE_AFTER: Duration = Duration::from_millis(MEMORY_RELEASE_AFTER_MS);
 
 /// One round, from the registry's thread: frees sled's retired pages, then has each
 /// thread that holds session memory or long-lived writes (the arbiters, the keeper,

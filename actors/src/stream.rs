@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use futures::Stream;
 use tokio::sync::broadcast;
+use turnstile_journal::limits::STREAM_FOLLOW_EVERY_MS;
 use turnstile_journal::{EventIndex, Journal, RunId, Seq, SessionId};
 
 use turnstile_journal::limits::STREAM_REFILL_EVENTS_MAX;
@@ -40,9 +41,7 @@ pub struct RunEvents {
     done: bool,
 }
 
-/// How long a stream that follows the journal waits for word that the session's stream
-/// grew (a notification) before it looks anyway.
-const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(STREAM_FOLLOW_EVERY_MS);
 
 impl RunEvents {
     pub(crate) fn new(

@@ -21,13 +21,8 @@ use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
 use serde_json::Value;
+use turnstile_journal::limits::{TELEMETRY_OPEN_RUNS_MAX, TELEMETRY_TOOLS_PER_RUN_MAX};
 use turnstile_journal::{Event, Journal, Recorded, RunEvent};
-
-/// Open runs followed at most; beyond it the oldest is dropped (its trace is lost,
-/// memory stays bounded).
-const OPEN_RUNS_MAX: usize = 10_000;
-/// Tool calls kept per run at most.
-const TOOLS_PER_RUN_MAX: usize = 4_096;
 
 /// The running exporter; [`Telemetry::shutdown`] flushes what is queued.
 pub struct Telemetry {
@@ -198,7 +193,7 @@ impl Follower {
                 user_id,
                 ..
             } => {
-                if self.open.len() >= OPEN_RUNS_MAX
+                if self.open.len() >= TELEMETRY_OPEN_RUNS_MAX
                     && let Some(oldest) = self
                         .open
                         .iter()
@@ -284,7 +279,9 @@ impl Follower {
                 };
                 let attempt = run.attempts.last().map_or(1, |a| a.number);
                 match event {
-                    RunEvent::ToolCallStarted { tool } if run.tools.len() < TOOLS_PER_RUN_MAX => {
+                    RunEvent::ToolCallStarted { tool }
+                        if run.tools.len() < TELEMETRY_TOOLS_PER_RUN_MAX =>
+                    {
                         run.tools.push(Tool {
                             id: tool.tool_call_id.clone(),
                             name: tool.tool_name.clone(),

@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::Error;
 use crate::event::Event;
 use crate::ids::{JournalPos, RunId, Seq, SessionId};
+use crate::limits;
 use crate::pg::{PgJournal, PostgresOptions};
 use crate::sled::SledJournal;
 use crate::types::{
@@ -131,7 +132,7 @@ impl Journal {
     /// [`Journal::append`], but the request is queued before this returns, so appends
     /// made one after the other (by one actor, say) are journaled in that order,
     /// whenever their futures are polled. With the append queue full
-    /// ([`crate::limits::APPEND_QUEUE_REQUESTS_MAX`] requests waiting) the append is
+    /// ([`limits::APPEND_QUEUE_REQUESTS_MAX`] requests waiting) the append is
     /// refused rather than queued out of order.
     pub fn append_in_order(
         &self,
@@ -447,11 +448,11 @@ impl Journal {
     /// versions of its pages through epoch-based reclamation, a few batches at a time as
     /// later operations pass by, so after a burst of writes a backlog of them (tens of
     /// MiB after 100,000 sessions) waits for the next burst. Bounded work:
-    /// [`limits::GARBAGE_FLUSHES_MAX`](crate::limits::GARBAGE_FLUSHES_MAX) flushes
+    /// [`limits::GARBAGE_FLUSHES_MAX`](limits::GARBAGE_FLUSHES_MAX) flushes
     /// (~0.1 ms). Nothing to do on PostgreSQL.
     pub fn release_garbage(&self) {
         if let Backend::Sled(_) = &self.backend {
-            for _ in 0..crate::limits::GARBAGE_FLUSHES_MAX {
+            for _ in 0..limits::GARBAGE_FLUSHES_MAX {
                 crossbeam_epoch::pin().flush();
             }
         }

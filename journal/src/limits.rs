@@ -110,3 +110,87 @@ pub const SESSION_CATCH_UP_MS: u64 = 3_000;
 /// How often each PostgreSQL replica positions finished records no appender positioned
 /// (a process killed between its commit and its positioning), in milliseconds.
 pub const POSITION_TAIL_MS: u64 = 250;
+
+/// Records written per sled batch (one segment) while importing, at most; a segment
+/// also ends once it holds [`GROUP_COMMIT_BYTES_MAX`] bytes, as the
+/// committer's do.
+pub const IMPORT_BATCH_RECORDS: usize = 1024;
+
+/// Records one query of the PostgreSQL journal's paged readers reads.
+pub const POSTGRES_PAGE_RECORDS: i64 = 1_000;
+
+/// Records one call of the PostgreSQL journal's `position_records` positions at most.
+pub const POSTGRES_POSITION_BATCH_RECORDS: i32 = 10_000;
+
+/// PostgreSQL appenders, each a connection's worth of appends in order: a session always goes to
+/// the same one, so one session's appends are journaled in the order they were made.
+pub const POSTGRES_APPENDERS: usize = 8;
+
+/// How often the PostgreSQL follower looks for records other processes positioned, in
+/// milliseconds.
+pub const POSTGRES_FOLLOW_POLL_MS: u64 = 20;
+
+/// How long a command for a session another replica owns waits for it (the owner's
+/// answer, or the session to come free), in milliseconds.
+pub const ELSEWHERE_WAIT_MS: u64 = 10_000;
+
+/// How long a replica waits for word of a command left for it (a notification) before
+/// it looks anyway, in milliseconds.
+pub const COMMANDS_EVERY_MS: u64 = 250;
+
+/// How often a replica looks for sessions to take over, in milliseconds.
+pub const CLAIM_EVERY_MS: u64 = 250;
+
+/// Longest tool result a rendered history (a prompt that replays a branch) keeps whole,
+/// in characters.
+pub const TOOL_RESULT_CHARS_MAX: usize = 2_000;
+
+/// Characters kept from the end of a truncated tool result.
+pub const TOOL_RESULT_TAIL_CHARS: usize = 400;
+
+/// Budget of a rendered history, in characters.
+pub const HISTORY_CHARS_MAX: usize = 24_000;
+
+/// Most runs a walk of a branch visits (a guard against a lineage that loops).
+pub const BRANCH_STEPS_MAX: usize = 1_000_000;
+
+/// Earlier runs of the branch whose attachments a turn stages again.
+pub const ATTACHMENT_RUNS_RESTORED: usize = 10;
+
+/// How often a session actor whose append failed tries to read its state again, in
+/// milliseconds.
+pub const HEAL_EVERY_MS: u64 = 1_000;
+
+/// How long after the first passivation of a burst a round runs: the rest of the burst
+/// has passivated by then, and a steady trickle costs one round per interval. In
+/// milliseconds.
+pub const MEMORY_RELEASE_AFTER_MS: u64 = 500;
+
+/// How long a stream that follows the journal waits for word that the session's stream
+/// grew (a notification) before it looks anyway, in milliseconds.
+pub const STREAM_FOLLOW_EVERY_MS: u64 = 50;
+
+/// Server-sent-event frames coalesced into one write at most.
+pub const SSE_FRAMES_PER_WRITE_MAX: usize = 256;
+
+/// Bytes of one server-sent-events write: it stops taking frames once it holds this
+/// much (a frame is not split). Not [`EXPORT_CHUNK_BYTES`].
+pub const SSE_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Bytes of an export gathered before a chunk of the response is sent (at most a few
+/// chunks are in flight). Not [`SSE_CHUNK_BYTES`].
+pub const EXPORT_CHUNK_BYTES: usize = 256 * 1024;
+
+/// Open runs the telemetry follows at most; beyond it the oldest is dropped (its trace is lost,
+/// memory stays bounded).
+pub const TELEMETRY_OPEN_RUNS_MAX: usize = 10_000;
+
+/// Tool calls the telemetry keeps per run at most.
+pub const TELEMETRY_TOOLS_PER_RUN_MAX: usize = 4_096;
+
+/// How long a cancelled CLI turn may take to stop once asked, in milliseconds.
+pub const INTERRUPT_GRACE_MS: u64 = 3_000;
+
+/// How long a transcript line a CLI dialect waits for may lag behind the stdout line
+/// naming it, in milliseconds.
+pub const TRANSCRIPT_LAG_MS: u64 = 2_000;

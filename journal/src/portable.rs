@@ -19,11 +19,6 @@ use crate::sled::{self as store};
 use crate::types::Recorded;
 use crate::{Error, JournalOptions, limits};
 
-/// Records written per sled batch (one segment) while importing, at most; a segment
-/// also ends once it holds [`limits::GROUP_COMMIT_BYTES_MAX`] bytes, as the
-/// committer's do.
-const IMPORT_BATCH_RECORDS: usize = 1024;
-
 /// One exported record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExportedRecord {
@@ -208,7 +203,9 @@ pub fn import_into_postgres(
                 }));
             }
         };
-        if batch_session.as_ref() != Some(&body.session_id) || batch.len() >= IMPORT_BATCH_RECORDS {
+        if batch_session.as_ref() != Some(&body.session_id)
+            || batch.len() >= limits::IMPORT_BATCH_RECORDS
+        {
             if let Some(reason) = flush(&batch_session, &mut batch, &mut batch_pos)? {
                 return Ok(Err(ImportRefusal {
                     line: number,
@@ -337,7 +334,7 @@ fn import_into(
         }
         // The position after the line's record (the checker checked it is `pos`).
         let next_pos = pos.0 + 1;
-        if pending.records.len() == IMPORT_BATCH_RECORDS
+        if pending.records.len() == limits::IMPORT_BATCH_RECORDS
             || pending.bytes >= limits::GROUP_COMMIT_BYTES_MAX
         {
             write(

@@ -9,6 +9,7 @@ use actix::prelude::*;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+use turnstile_journal::limits::{CLAIM_EVERY_MS, COMMANDS_EVERY_MS, ELSEWHERE_WAIT_MS};
 use turnstile_journal::{EventIndex, RunId, Seq, SessionId};
 
 use crate::registry::{FenceAll, WakeSession};
@@ -261,16 +262,11 @@ pub(super) async fn follow_other_replicas(weak: std::sync::Weak<Inner>) {
     }
 }
 
-/// How long a command for a session another replica owns waits for it (the owner's
-/// answer, or the session to come free).
-pub(super) const ELSEWHERE_WAIT: Duration = Duration::from_secs(10);
+pub(super) const ELSEWHERE_WAIT: Duration = Duration::from_millis(ELSEWHERE_WAIT_MS);
 
-/// How long a replica waits for word of a command left for it (a notification) before
-/// it looks anyway; sessions to take over are looked for as often.
-pub(super) const COMMANDS_EVERY: Duration = Duration::from_millis(250);
+pub(super) const COMMANDS_EVERY: Duration = Duration::from_millis(COMMANDS_EVERY_MS);
 
-/// How often a replica looks for sessions to take over.
-pub(super) const CLAIM_EVERY: Duration = Duration::from_millis(250);
+pub(super) const CLAIM_EVERY: Duration = Duration::from_millis(CLAIM_EVERY_MS);
 
 /// A refusal as a replica's reply carries it.
 pub(super) fn refused_to_reply(refused: &Refused) -> String {

@@ -3,6 +3,7 @@
 
 use crate::session::SessionActor;
 use std::path::Path;
+use turnstile_journal::limits::ATTACHMENT_RUNS_RESTORED;
 use turnstile_journal::{Event, RunId};
 
 use turnstile_projections::RunView;
@@ -10,9 +11,6 @@ use turnstile_projections::RunView;
 use crate::api::AgentSpec;
 use crate::history::branch_walk;
 use crate::reads;
-
-/// Earlier runs of the branch whose attachments a turn stages again.
-pub(super) const ATTACHMENT_RUNS_RESTORED: usize = 10;
 
 impl SessionActor {
     /// Stages the run's attachments and those of the last runs of its branch, from the

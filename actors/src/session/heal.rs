@@ -7,14 +7,14 @@ use actix::prelude::*;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use turnstile_journal::limits::HEAL_EVERY_MS;
 use turnstile_journal::{Expected, RunId};
 
 use crate::api::RuntimeError;
 use crate::reads;
 use crate::run::broadcast_wire;
 
-/// How often an actor whose append failed tries to read its state again.
-pub(super) const HEAL_EVERY: Duration = Duration::from_secs(1);
+pub(super) const HEAL_EVERY: Duration = Duration::from_millis(HEAL_EVERY_MS);
 
 impl SessionActor {
     /// Crash-only: after an append failed, the state is dropped and read again from the

@@ -8,6 +8,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
+use turnstile_journal::limits::EXPORT_CHUNK_BYTES;
 use turnstile_journal::portable::ExportedRecord;
 use turnstile_journal::{JournalPos, Recorded, Seq, SessionId};
 use utoipa::IntoParams;
@@ -16,9 +17,6 @@ use crate::api::AppState;
 use crate::api::error::ApiError;
 use crate::api::error::ErrorBody;
 use crate::api::extract::Query;
-
-/// Bytes gathered before a chunk is sent (at most a few chunks are in flight).
-const CHUNK_BYTES: usize = 256 * 1024;
 
 /// `?session_id=`: export one session's records only.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -55,7 +53,7 @@ pub(crate) async fn export(
                 Some(session) => Box::new(journal.read_session(session, Seq(0))),
                 None => Box::new(journal.read_from(JournalPos(0))),
             };
-        let mut chunk = Vec::with_capacity(CHUNK_BYTES + 4096);
+        let mut chunk = Vec::with_capacity(EXPORT_CHUNK_BYTES + 4096);
         for record in records {
             let record = match record {
                 Ok(record) => record,
@@ -70,8 +68,9 @@ pub(crate) async fn export(
             }
             chunk.extend_from_slice(ExportedRecord::from_recorded(&record).to_line().as_bytes());
             chunk.push(b'\n');
-            if chunk.len() >= CHUNK_BYTES {
-                let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK_BYTES + 4096));
+            if chunk.len() >= EXPORT_CHUNK_BYTES {
+                let full =
+                    std::mem::replace(&mut chunk, Vec::with_capacity(EXPORT_CHUNK_BYTES + 4096));
                 // The client went away: stop reading.
                 if chunks.blocking_send(Ok(full)).is_err() {
                     return;

@@ -12,6 +12,7 @@ use std::io::Write as _;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+use turnstile_journal::limits::{SSE_CHUNK_BYTES, SSE_FRAMES_PER_WRITE_MAX};
 
 use axum::body::{Body, Bytes};
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
@@ -22,12 +23,6 @@ use tokio_util::sync::CancellationToken;
 use turnstile_actors::{RunEvents, WireEvent};
 
 use crate::wire::events::{self, Who};
-
-/// Frames coalesced into one write at most.
-const FRAMES_PER_WRITE_MAX: usize = 256;
-
-/// A write stops taking frames once it holds this much (a frame is not split).
-const CHUNK_BYTES: usize = 64 * 1024;
 
 /// What every stream needs from the server: when to end, how often to keep alive.
 #[derive(Debug, Clone)]
@@ -127,8 +122,8 @@ fn respond(
         };
         let mut chunk = Vec::new();
         pump.write(first, &mut chunk);
-        for _ in 1..FRAMES_PER_WRITE_MAX {
-            if chunk.len() >= CHUNK_BYTES {
+        for _ in 1..SSE_FRAMES_PER_WRITE_MAX {
+            if chunk.len() >= SSE_CHUNK_BYTES {
                 break;
             }
             match pump.frames.next().now_or_never() {
@@ -136,8 +131,8 @@ fn respond(
                     // More frames are ready (a replay, a burst): room for a whole write
                     // at once, not a buffer doubled frame after frame. A live stream's
                     // lone frame keeps a buffer of its own size.
-                    if chunk.capacity() < CHUNK_BYTES {
-                        chunk.reserve(CHUNK_BYTES + CHUNK_BYTES / 8 - chunk.len());
+                    if chunk.capacity() < SSE_CHUNK_BYTES {
+                        chunk.reserve(SSE_CHUNK_BYTES + SSE_CHUNK_BYTES / 8 - chunk.len());
                     }
                     pump.write(frame, &mut chunk);
                 }

@@ -21,6 +21,7 @@ mod transcript;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use turnstile_journal::limits::INTERRUPT_GRACE_MS;
 
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -469,8 +470,7 @@ impl<D: Dialect> CliHarness<D> {
     }
 }
 
-/// How long a cancelled turn may take to stop once asked.
-const INTERRUPT_GRACE: Duration = Duration::from_secs(3);
+const INTERRUPT_GRACE: Duration = Duration::from_millis(INTERRUPT_GRACE_MS);
 
 async fn write_line(cli: &mut CliProcess, line: &str) -> std::io::Result<()> {
     cli.stdin.write_all(format!("{line}\n").as_bytes()).await?;

@@ -9,11 +9,11 @@ use std::collections::VecDeque;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use turnstile_journal::limits::TRANSCRIPT_LAG_MS;
 
 use super::Dialect;
 
-/// How long a line the dialect waits for may lag behind the stdout line naming it.
-pub(super) const TRANSCRIPT_LAG: Duration = Duration::from_secs(2);
+pub(super) const TRANSCRIPT_LAG: Duration = Duration::from_millis(TRANSCRIPT_LAG_MS);
 
 /// Reads the lines appended to a transcript file, keeping those read ahead.
 pub(crate) struct TranscriptTail {

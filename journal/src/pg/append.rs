@@ -7,7 +7,7 @@ use crate::codec::{self, Hash};
 use crate::event::Event;
 use crate::ids::{JournalPos, Seq, SessionId};
 use crate::pg::replicas::LeaseState;
-use crate::pg::{Inner, POSITION_BATCH, Request, now_us};
+use crate::pg::{Inner, Request, now_us};
 use crate::types::AppendResult;
 use crate::types::{Conflict, Expected, Recorded};
 use crate::{Error, limits};
@@ -376,7 +376,14 @@ pub(super) async fn position(
     let mut tries = 0u32;
     loop {
         let row = client
-            .query_one(&statement, &[&session_id.as_str(), &seq, &POSITION_BATCH])
+            .query_one(
+                &statement,
+                &[
+                    &session_id.as_str(),
+                    &seq,
+                    &limits::POSTGRES_POSITION_BATCH_RECORDS,
+                ],
+            )
             .await?;
         if let Some(pos) = row.get::<_, Option<i64>>(0) {
             return Ok(pos as u64);

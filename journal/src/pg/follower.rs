@@ -2,8 +2,8 @@
 //! include their records, and the tail that a killed process left unpositioned.
 
 use crate::ids::JournalPos;
+use crate::pg::Inner;
 use crate::pg::reads::decode;
-use crate::pg::{FOLLOW_POLL_MS, Inner, PAGE_RECORDS, POSITION_BATCH};
 use crate::types::Hashing;
 use crate::{Error, limits};
 use deadpool_postgres::Pool;
@@ -23,8 +23,11 @@ pub(super) async fn follower(inner: std::sync::Weak<Inner>) {
             }
             _ => return,
         };
-        let _ =
-            tokio::time::timeout(Duration::from_millis(FOLLOW_POLL_MS), appended.notified()).await;
+        let _ = tokio::time::timeout(
+            Duration::from_millis(limits::POSTGRES_FOLLOW_POLL_MS),
+            appended.notified(),
+        )
+        .await;
         let Some(strong) = inner.upgrade() else {
             return;
         };
@@ -53,7 +56,10 @@ pub(super) async fn position_tail(pool: &Pool) -> Result<(), Error> {
         .prepare_cached("SELECT turnstile.position_records($1, $2, $3)")
         .await?;
     client
-        .query_one(&statement, &[&"", &-1i64, &POSITION_BATCH])
+        .query_one(
+            &statement,
+            &[&"", &-1i64, &limits::POSTGRES_POSITION_BATCH_RECORDS],
+        )
         .await?;
     Ok(())
 }
@@ -80,7 +86,7 @@ pub(super) async fn follow_once(
             .query(
                 "SELECT pos, record FROM turnstile.events WHERE pos >= $1 AND pos < $2 \
                  ORDER BY pos LIMIT $3",
-                &[&(at as i64), &(next as i64), &PAGE_RECORDS],
+                &[&(at as i64), &(next as i64), &limits::POSTGRES_PAGE_RECORDS],
             )
             .await?;
         if rows.is_empty() {

@@ -63,16 +63,6 @@ mod schema;
 
 pub(crate) use import::ImportedRecord;
 
-/// Records read per query by the paged readers.
-const PAGE_RECORDS: i64 = 1_000;
-/// Records positioned per call of `position_records` at most.
-const POSITION_BATCH: i32 = 10_000;
-/// Appenders, each a connection's worth of appends in order: a session always goes to
-/// the same one, so one session's appends are journaled in the order they were made.
-const APPENDERS: usize = 8;
-/// How often the follower looks for records other processes positioned.
-const FOLLOW_POLL_MS: u64 = 20;
-
 /// Where a PostgreSQL journal is and how to reach it.
 #[derive(Debug, Clone)]
 pub struct PostgresOptions {
@@ -274,9 +264,10 @@ impl PgJournal {
             touched: touched_sender,
             config: listen_config,
         });
-        let mut senders = Vec::with_capacity(APPENDERS);
-        for _ in 0..APPENDERS {
-            let (sender, receiver) = mpsc::channel(limits::APPEND_QUEUE_REQUESTS_MAX / APPENDERS);
+        let mut senders = Vec::with_capacity(limits::POSTGRES_APPENDERS);
+        for _ in 0..limits::POSTGRES_APPENDERS {
+            let (sender, receiver) =
+                mpsc::channel(limits::APPEND_QUEUE_REQUESTS_MAX / limits::POSTGRES_APPENDERS);
             senders.push(sender);
             handle.spawn(appender(Arc::downgrade(&inner), receiver));
         }
@@ -526,7 +517,7 @@ fn shard(session_id: &SessionId) -> usize {
         hash ^= u64::from(byte);
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
-    (hash % APPENDERS as u64) as usize
+    (hash % limits::POSTGRES_APPENDERS as u64) as usize
 }
 
 fn stored_id<T: FromStr>(text: String) -> Result<T, Error> {

@@ -6,7 +6,8 @@ use crate::Error;
 use crate::codec;
 use crate::event::Event;
 use crate::ids::{JournalPos, RunId, Seq, SessionId};
-use crate::pg::{PAGE_RECORDS, PgJournal, stored_id};
+use crate::limits;
+use crate::pg::{PgJournal, stored_id};
 use crate::types::{AgentRun, Hashing, IndexedStatus, Recorded, SessionEntry};
 use std::sync::atomic::Ordering;
 
@@ -54,7 +55,7 @@ impl PgJournal {
                         "SELECT seq, pos, record FROM turnstile.events \
                          WHERE session_id = $1 AND seq >= $2 AND pos IS NOT NULL \
                          ORDER BY seq LIMIT $3",
-                        &[&session, &(cursor as i64), &PAGE_RECORDS],
+                        &[&session, &(cursor as i64), &limits::POSTGRES_PAGE_RECORDS],
                     )
                     .await?;
                 let mut page = Vec::with_capacity(rows.len());
@@ -69,7 +70,7 @@ impl PgJournal {
                 stats
                     .records_read
                     .fetch_add(page.len() as u64, Ordering::Relaxed);
-                let done = page.len() < PAGE_RECORDS as usize;
+                let done = page.len() < limits::POSTGRES_PAGE_RECORDS as usize;
                 Ok((page, next, done))
             })
         })
@@ -91,7 +92,11 @@ impl PgJournal {
                         .query(
                             "SELECT pos, record FROM turnstile.events \
                              WHERE pos >= $1 AND pos < $2 ORDER BY pos LIMIT $3",
-                            &[&(cursor as i64), &(durable as i64), &PAGE_RECORDS],
+                            &[
+                                &(cursor as i64),
+                                &(durable as i64),
+                                &limits::POSTGRES_PAGE_RECORDS,
+                            ],
                         )
                         .await?
                 };
@@ -109,7 +114,7 @@ impl PgJournal {
                 stats
                     .records_read
                     .fetch_add(page.len() as u64, Ordering::Relaxed);
-                let done = page.len() < PAGE_RECORDS as usize;
+                let done = page.len() < limits::POSTGRES_PAGE_RECORDS as usize;
                 Ok((page, next, done))
             })
         })
@@ -232,7 +237,7 @@ impl PgJournal {
                             "SELECT queued_pos, session_id, run_id, status::text FROM turnstile.runs \
                              WHERE agent_id = $1 AND listed AND queued_pos IS NOT NULL AND queued_pos < $2 \
                              ORDER BY queued_pos DESC LIMIT $3",
-                            &[&agent, &cursor, &PAGE_RECORDS],
+                            &[&agent, &cursor, &limits::POSTGRES_PAGE_RECORDS],
                         )
                         .await?
                 } else {
@@ -241,11 +246,11 @@ impl PgJournal {
                             "SELECT queued_pos, session_id, run_id, status::text FROM turnstile.runs \
                              WHERE agent_id = $1 AND listed AND queued_pos IS NOT NULL AND queued_pos > $2 \
                              AND queued_pos < $3 ORDER BY queued_pos LIMIT $4",
-                            &[&agent, &cursor, &durable, &PAGE_RECORDS],
+                            &[&agent, &cursor, &durable, &limits::POSTGRES_PAGE_RECORDS],
                         )
                         .await?
                 };
-                let done = rows.len() < PAGE_RECORDS as usize;
+                let done = rows.len() < limits::POSTGRES_PAGE_RECORDS as usize;
                 let mut next = cursor;
                 let mut page = Vec::with_capacity(rows.len());
                 for row in rows {
