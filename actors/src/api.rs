@@ -38,11 +38,10 @@ pub struct AgentSpec {
 
 /// How to open a runtime.
 pub struct RuntimeConfig {
-    /// The data directory: the sled journal (unless `postgres` is given) and the
-    /// harnesses' state.
+    /// The data directory: the harnesses' state (and the sled journal by default).
     pub data_dir: PathBuf,
-    /// The PostgreSQL journal to use instead of the sled one in `data_dir`.
-    pub postgres: Option<turnstile_journal::PostgresOptions>,
+    /// The journal: by default the sled one in `data_dir`.
+    pub journal: turnstile_journal::JournalConfig,
     /// Arbiter threads that host session actors.
     pub arbiters: usize,
     /// The agents.
@@ -71,8 +70,8 @@ impl RuntimeConfig {
     /// and a 60 s idle time.
     pub fn new(data_dir: PathBuf, agents: Vec<AgentSpec>) -> Self {
         RuntimeConfig {
+            journal: turnstile_journal::JournalConfig::Sled(data_dir.clone()),
             data_dir,
-            postgres: None,
             arbiters: 2,
             agents,
             max_concurrent_runs: 8,

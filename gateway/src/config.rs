@@ -19,7 +19,7 @@ pub struct Config {
     pub server: ServerConfig,
     /// `[journal]`: where the journal is (sled in the data directory by default).
     #[serde(default)]
-    pub journal: JournalConfig,
+    pub journal: JournalSection,
     /// `[telemetry]`: OpenTelemetry traces, off unless an endpoint is given.
     #[serde(default)]
     pub telemetry: TelemetryConfig,
@@ -42,7 +42,7 @@ pub enum Backend {
 /// `[journal]`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct JournalConfig {
+pub struct JournalSection {
     /// `sled` (default) or `postgres`.
     pub backend: Backend,
     /// The PostgreSQL URL (`postgres://user@host:port/database`); when absent, the
@@ -61,9 +61,9 @@ pub struct JournalConfig {
     pub lease_s: f64,
 }
 
-impl Default for JournalConfig {
+impl Default for JournalSection {
     fn default() -> Self {
-        JournalConfig {
+        JournalSection {
             backend: Backend::Sled,
             url: None,
             url_env: "TURNSTILE_DATABASE_URL".into(),
@@ -255,7 +255,7 @@ impl Config {
     pub fn default_config() -> Config {
         let mut config = Config {
             server: ServerConfig::default(),
-            journal: JournalConfig::default(),
+            journal: JournalSection::default(),
             telemetry: TelemetryConfig::default(),
             agents: default_agents(),
         };
@@ -263,14 +263,17 @@ impl Config {
         config
     }
 
-    /// The PostgreSQL journal to open, when `[journal] backend = "postgres"`; `port` is
-    /// the server's (for the default replica name: host name and port).
-    pub fn postgres(
+    /// The journal to open: the sled one in the data directory, or the PostgreSQL one
+    /// of `[journal] backend = "postgres"`; `port` is the server's (for the default
+    /// replica name: host name and port).
+    pub fn journal_config(
         &self,
         port: Option<u16>,
-    ) -> Result<Option<turnstile_journal::PostgresOptions>, ConfigError> {
+    ) -> Result<turnstile_journal::JournalConfig, ConfigError> {
         if self.journal.backend != Backend::Postgres {
-            return Ok(None);
+            return Ok(turnstile_journal::JournalConfig::Sled(
+                self.server.data_dir.clone(),
+            ));
         }
         let url = match &self.journal.url {
             Some(url) => url.clone(),
@@ -293,12 +296,14 @@ impl Config {
                 // A command, not a server: a name of its own, which no server retires.
                 None => format!("{host}:cli-{}", std::process::id()),
             });
-        Ok(Some(turnstile_journal::PostgresOptions {
-            url,
-            pool_size: self.journal.pool_size,
-            replica_name,
-            lease: std::time::Duration::from_secs_f64(self.journal.lease_s),
-        }))
+        Ok(turnstile_journal::JournalConfig::Postgres(
+            turnstile_journal::PostgresOptions {
+                url,
+                pool_size: self.journal.pool_size,
+                replica_name,
+                lease: std::time::Duration::from_secs_f64(self.journal.lease_s),
+            },
+        ))
     }
 
     /// Sets the data directory (`--data-dir`), resolved as the file's paths are.

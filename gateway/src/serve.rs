@@ -53,7 +53,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let local = listener.local_addr()?;
     let runtime = Runtime::open(RuntimeConfig {
         data_dir: data_dir.clone(),
-        postgres: config.postgres(Some(local.port()))?,
+        journal: config.journal_config(Some(local.port()))?,
         arbiters,
         agents,
         max_concurrent_runs: config.server.max_concurrent_runs,
@@ -94,7 +94,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         body_timeout: Duration::from_secs_f64(config.server.body_timeout_s),
     });
     let journal = runtime.journal();
-    if journal.is_postgres() {
+    if journal.is_shared() {
         tracing::info!(
             "turnstile {} listening on http://{local} (journal {}, data dir {})",
             env!("CARGO_PKG_VERSION"),

@@ -1,7 +1,7 @@
 //! [`Journal`], the type everyone names, over a storage backend.
 //!
-//! The backend is sled (embedded, one process: the default) or, later in this file's
-//! history, PostgreSQL. What is the same on every backend lives here or in the modules
+//! The backend is sled (embedded, one process: the default) or PostgreSQL (shared by
+//! replicas), as a [`JournalConfig`] names it. What is the same on every backend lives here or in the modules
 //! this one calls (the record codec, subscriptions, the neutral checks); each backend
 //! stores records, keeps its indexes and answers reads.
 
@@ -36,6 +36,17 @@ enum Backend {
     Postgres(PgJournal),
 }
 
+/// Where a journal lives: the one thing above this crate that knows there is more than
+/// one backend. A new backend is a new variant here and a folder beside `sled/` and
+/// `pg/`; nothing above `journal/` changes.
+#[derive(Debug, Clone)]
+pub enum JournalConfig {
+    /// The embedded sled journal in this data directory (one process).
+    Sled(std::path::PathBuf),
+    /// A PostgreSQL journal that several processes may share.
+    Postgres(PostgresOptions),
+}
+
 impl Journal {
     /// Opens (or creates) the sled journal in `dir`. Fails with [`Error::Locked`] when
     /// another process holds it.
@@ -60,6 +71,30 @@ impl Journal {
         })
     }
 
+    /// Opens the journal `config` names, whichever backend it is.
+    pub fn open_config(config: &JournalConfig, options: JournalOptions) -> Result<Journal, Error> {
+        match config {
+            JournalConfig::Sled(dir) => Journal::open(dir, options),
+            JournalConfig::Postgres(postgres) => Journal::open_postgres(postgres, options),
+        }
+    }
+
+    /// Opens the journal `config` names only if it holds one already (a command that
+    /// reads a journal must not create an empty one): [`Error::Missing`] otherwise.
+    pub fn open_existing(
+        config: &JournalConfig,
+        options: JournalOptions,
+    ) -> Result<Journal, Error> {
+        if let JournalConfig::Sled(dir) = config
+            && !dir.join("db").exists()
+        {
+            return Err(Error::Missing {
+                location: dir.display().to_string(),
+            });
+        }
+        Journal::open_config(config, options)
+    }
+
     /// Where the journal is: its data directory, or the database (without a password).
     pub fn location(&self) -> String {
         match &self.backend {
@@ -68,17 +103,13 @@ impl Journal {
         }
     }
 
-    /// The PostgreSQL backend, for what only it does (an import into it).
-    pub(crate) fn postgres(&self) -> Option<&PgJournal> {
+    /// A writer of imports into this journal while it is open, for a backend that
+    /// takes them (a database); a sled journal is imported into a new directory.
+    pub(crate) fn import_sink(&self) -> Option<Box<dyn crate::portable::ImportSink>> {
         match &self.backend {
-            Backend::Postgres(pg) => Some(pg),
+            Backend::Postgres(pg) => Some(Box::new(crate::pg::PgImport::new(pg.clone()))),
             Backend::Sled(_) => None,
         }
-    }
-
-    /// Whether it is the PostgreSQL backend.
-    pub fn is_postgres(&self) -> bool {
-        matches!(self.backend, Backend::Postgres(_))
     }
 
     /// Counters since the journal was opened.
@@ -471,7 +502,7 @@ impl Journal {
     /// Whether other processes may share this journal (PostgreSQL): sessions are then
     /// leased, one replica at a time.
     pub fn is_shared(&self) -> bool {
-        self.is_postgres()
+        matches!(self.backend, Backend::Postgres(_))
     }
 
     /// This process's id among the replicas (none on sled).

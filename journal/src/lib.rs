@@ -29,7 +29,7 @@ pub mod verify;
 pub use codec::{FORMAT_VERSION, Hash, RecordBody};
 pub use event::{Event, RunEvent, ToolCall, Warning};
 pub use ids::{EventIndex, IdError, JournalPos, RunId, Seq, SessionId};
-pub use journal::Journal;
+pub use journal::{Journal, JournalConfig};
 pub use pg::PostgresOptions;
 pub use subscription::Subscription;
 pub use types::{
@@ -96,6 +96,12 @@ pub enum Error {
         session_id: String,
         /// The owner.
         owner: String,
+    },
+    /// A command that reads a journal found none where it was told to look.
+    #[error("{location} holds no journal")]
+    Missing {
+        /// Where it looked.
+        location: String,
     },
     /// An earlier durable write failed; the journal stops accepting appends (fail-stop).
     #[error("the journal stopped accepting appends after a failed write")]

@@ -194,3 +194,7 @@ pub const INTERRUPT_GRACE_MS: u64 = 3_000;
 /// How long a transcript line a CLI dialect waits for may lag behind the stdout line
 /// naming it, in milliseconds.
 pub const TRANSCRIPT_LAG_MS: u64 = 2_000;
+
+/// How long a stopping runtime waits for each warm CLI it killed to exit, in
+/// milliseconds (a killed process may take a moment to die under load).
+pub const CLI_EXIT_WAIT_MS: u64 = 2_000;

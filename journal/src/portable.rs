@@ -3,19 +3,18 @@
 //!
 //! `import` refuses an export that was edited, naming the first line whose record does
 //! not hash to its recorded hash or does not link to the line before it. Importing an
-//! export and exporting again gives the same bytes. It writes only into a new directory.
+//! export and exporting again gives the same bytes. It writes into a new directory (sled)
+//! or an empty database (PostgreSQL), through each backend's [`ImportSink`].
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::BufRead;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{self, Hash, ManifestEntry, Run};
+use crate::codec::{self, Hash};
 use crate::event::Event;
 use crate::ids::{JournalPos, Seq, SessionId};
-use crate::sled::{self as store};
 use crate::types::Recorded;
 use crate::{Error, JournalOptions, limits};
 
@@ -92,71 +91,66 @@ pub struct ImportRefusal {
     pub reason: String,
 }
 
-/// One segment being built, with its secondary index entries.
-struct Pending {
-    batch: sled::Batch,
-    manifest: Vec<ManifestEntry>,
-    first_pos: u64,
-    records: Vec<Vec<u8>>,
-    bytes: usize,
-    /// Runs queued in this batch, for the indexes of their later events.
-    staged_runs: crate::sled::StagedRuns,
+/// Where an import writes the records it checked: a backend's bulk writer. A refusal
+/// (`Ok(Some(reason))`) stops the import at that line.
+pub(crate) trait ImportSink {
+    /// Takes one checked record, buffered or written.
+    fn write(&mut self, record: Checked) -> Result<Option<String>, Error>;
+    /// Writes what is buffered and makes everything durable.
+    fn finish(&mut self) -> Result<Option<String>, Error>;
 }
 
-impl Pending {
-    fn new(first_pos: u64) -> Pending {
-        Pending {
-            batch: sled::Batch::default(),
-            manifest: Vec::new(),
-            first_pos,
-            records: Vec::new(),
-            bytes: 0,
-            staged_runs: Default::default(),
+/// Imports an export through a sink: every line checked, in order.
+fn import_with(
+    sink: &mut dyn ImportSink,
+    lines: impl BufRead,
+    progress: &mut impl FnMut(u64),
+) -> Result<Result<ImportReport, ImportRefusal>, Error> {
+    let mut checker = Checker::default();
+    let mut records = 0u64;
+    for checked in checker.each(lines) {
+        let (number, checked) = checked?;
+        let refused = match checked {
+            Ok(checked) => sink.write(checked)?,
+            Err(reason) => Some(reason),
+        };
+        if let Some(reason) = refused {
+            return Ok(Err(ImportRefusal {
+                line: number,
+                reason,
+            }));
+        }
+        records += 1;
+        if records.is_multiple_of(4096) {
+            progress(records);
         }
     }
+    if let Some(reason) = sink.finish()? {
+        return Ok(Err(ImportRefusal {
+            line: records,
+            reason,
+        }));
+    }
+    progress(records);
+    Ok(Ok(ImportReport {
+        records,
+        streams: checker.heads.len() as u64,
+    }))
 }
 
-/// Writes one segment, and the session index of its records, in one atomic batch.
-fn write(tree: &sled::Tree, pending: Pending) -> Result<(), Error> {
-    if pending.records.is_empty() {
-        return Ok(());
-    }
-    let mut batch = pending.batch;
-    batch.insert(
-        &store::log_key(JournalPos(pending.first_pos)),
-        codec::encode_segment(&pending.manifest, &pending.records),
-    );
-    let mut runs: HashMap<&SessionId, Vec<Run>> = HashMap::new();
-    let mut pos = pending.first_pos;
-    for entry in &pending.manifest {
-        runs.entry(&entry.session_id).or_default().push(Run {
-            first_seq: entry.first_seq,
-            count: entry.count,
-            pos: JournalPos(pos),
-        });
-        pos += u64::from(entry.count);
-    }
-    store::write_index(
-        tree,
-        &mut batch,
-        runs.iter().map(|(id, runs)| (*id, runs.as_slice())),
-        JournalPos(pos),
-    )?;
-    tree.apply_batch(batch)?;
-    Ok(())
-}
-
-/// Imports an export into an empty PostgreSQL journal, checking every line as
-/// [`import`] does; the records keep their bytes, hashes and positions. Check the whole
-/// export first ([`check_export`]): a refusal here leaves the lines before it imported.
-pub fn import_into_postgres(
+/// Imports an export into an open, empty journal that takes imports (one a database
+/// holds), checking every line as [`import`] does; the records keep their bytes, hashes
+/// and positions. Check the whole export first ([`check_export`]): a refusal here
+/// leaves the lines before it imported.
+pub fn import_into(
     journal: &crate::Journal,
     lines: impl BufRead,
     mut progress: impl FnMut(u64),
 ) -> Result<Result<ImportReport, ImportRefusal>, Error> {
-    let Some(pg) = journal.postgres() else {
+    let Some(mut sink) = journal.import_sink() else {
         return Err(Error::Store(
-            "import into an open journal is for PostgreSQL; a sled journal is imported into a new directory".into(),
+            "this journal is not imported into while open: it is imported into a new directory"
+                .into(),
         ));
     };
     if journal.next_pos() != JournalPos(0) {
@@ -168,76 +162,63 @@ pub fn import_into_postgres(
             ),
         }));
     }
-    let mut checker = Checker::default();
-    let mut batch: Vec<crate::pg::ImportedRecord> = Vec::new();
-    let mut batch_session: Option<SessionId> = None;
-    let mut batch_pos: Vec<u64> = Vec::new();
-    let mut records = 0u64;
-    let flush = |session: &Option<SessionId>,
-                 batch: &mut Vec<crate::pg::ImportedRecord>,
-                 expected: &mut Vec<u64>|
-     -> Result<Option<String>, Error> {
-        let Some(session) = session else {
-            return Ok(None);
-        };
-        let given = pg.import_records(session, std::mem::take(batch))?;
-        let given: Vec<u64> = given.iter().map(|pos| pos.0).collect();
-        let wanted = std::mem::take(expected);
-        Ok((given != wanted).then(|| {
-            format!("positions {wanted:?} of the export were given {given:?}: another writer used the database")
-        }))
-    };
-    for checked in checker.each(lines) {
-        let (number, checked) = checked?;
-        let Checked {
-            pos,
-            body,
-            encoded,
-            bytes,
-        } = match checked {
-            Ok(checked) => checked,
-            Err(reason) => {
-                return Ok(Err(ImportRefusal {
-                    line: number,
-                    reason,
-                }));
+    import_with(sink.as_mut(), lines, &mut progress)
+}
+
+/// What [`import_to`] ends with: the report and the journal imported into, open; or the
+/// refusal and whether anything was written before it.
+pub type ImportOutcome = Result<(ImportReport, crate::Journal), (ImportRefusal, bool)>;
+
+/// What [`import_to`] is doing, for a progress display.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImportPhase {
+    /// Checking the whole export before anything is written.
+    Checking,
+    /// Writing it.
+    Importing,
+}
+
+/// Imports an export into the journal `config` names, whichever backend: into a new
+/// directory (a refusal leaves nothing there), or into an empty database after the
+/// whole export was checked (so a refusal writes nothing; one while writing means
+/// another writer used the database). `read` opens the export (twice when it is
+/// checked first). The journal imported into, open, or the refusal with whether
+/// anything was written.
+pub fn import_to<R: BufRead>(
+    config: &crate::JournalConfig,
+    mut read: impl FnMut() -> Result<R, Error>,
+    mut progress: impl FnMut(ImportPhase, u64),
+) -> Result<ImportOutcome, Error> {
+    match config {
+        crate::JournalConfig::Sled(dir) => {
+            match import(dir, read()?, |records| {
+                progress(ImportPhase::Importing, records)
+            })? {
+                Ok(report) => Ok(Ok((
+                    report,
+                    crate::Journal::open(dir, JournalOptions::default())?,
+                ))),
+                Err(refusal) => Ok(Err((refusal, false))),
             }
-        };
-        if batch_session.as_ref() != Some(&body.session_id)
-            || batch.len() >= limits::IMPORT_BATCH_RECORDS
-        {
-            if let Some(reason) = flush(&batch_session, &mut batch, &mut batch_pos)? {
-                return Ok(Err(ImportRefusal {
-                    line: number,
-                    reason,
-                }));
-            }
-            batch_session = Some(body.session_id.clone());
         }
-        batch.push(crate::pg::ImportedRecord {
-            seq: body.seq,
-            hash: codec::hash(&bytes),
-            bytes,
-            apart: encoded.apart,
-            event: encoded.event,
-        });
-        batch_pos.push(pos.0);
-        records += 1;
-        if records.is_multiple_of(4096) {
-            progress(records);
+        crate::JournalConfig::Postgres(_) => {
+            if let Err(refusal) =
+                check_export(read()?, |records| progress(ImportPhase::Checking, records))?
+            {
+                return Ok(Err((refusal, false)));
+            }
+            let journal = crate::Journal::open_config(config, JournalOptions::default())?;
+            match import_into(&journal, read()?, |records| {
+                progress(ImportPhase::Importing, records)
+            })? {
+                Ok(report) => Ok(Ok((report, journal))),
+                Err(refusal) => {
+                    let wrote = refusal.line > 0;
+                    Ok(Err((refusal, wrote)))
+                }
+            }
         }
     }
-    if let Some(reason) = flush(&batch_session, &mut batch, &mut batch_pos)? {
-        return Ok(Err(ImportRefusal {
-            line: records,
-            reason,
-        }));
-    }
-    progress(records);
-    Ok(Ok(ImportReport {
-        records,
-        streams: checker.heads.len() as u64,
-    }))
 }
 
 /// Builds a journal in `dir` (which must hold none) from an export, checking every
@@ -257,7 +238,8 @@ pub fn import(
         }));
     }
     let created_dir = !dir.exists();
-    let outcome = import_into(dir, lines, &mut progress);
+    let outcome = crate::sled::SledImport::create(dir)
+        .and_then(|mut sink| import_with(&mut sink, lines, &mut progress));
     if !matches!(outcome, Ok(Ok(_))) {
         // Leave nothing half-built behind.
         let _ = if created_dir {
@@ -281,94 +263,14 @@ fn clear(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-fn import_into(
-    dir: &Path,
-    lines: impl BufRead,
-    progress: &mut impl FnMut(u64),
-) -> Result<Result<ImportReport, ImportRefusal>, Error> {
-    let db = store::open_sled(dir, &JournalOptions::default())?;
-    let tree = db.open_tree("journal")?;
-    let mut checker = Checker::default();
-    let mut pending = Pending::new(0);
-    for checked in checker.each(lines) {
-        let (number, checked) = checked?;
-        let Checked {
-            pos,
-            body,
-            encoded,
-            bytes,
-        } = match checked {
-            Ok(checked) => checked,
-            Err(reason) => {
-                return Ok(Err(ImportRefusal {
-                    line: number,
-                    reason,
-                }));
-            }
-        };
-        if let Some((digest, apart)) = encoded.apart {
-            pending.bytes += apart.len();
-            pending.batch.insert(store::apart_key(&digest), apart);
-        }
-        pending.bytes += bytes.len();
-        pending.records.push(bytes);
-        store::index_event(
-            &tree,
-            &mut pending.batch,
-            &mut pending.staged_runs,
-            (&body.session_id, pos, body.seq, body.ts_us),
-            &body.event,
-        );
-        match pending.manifest.last_mut() {
-            Some(last)
-                if last.session_id == body.session_id
-                    && last.first_seq.0 + u64::from(last.count) == body.seq.0 =>
-            {
-                last.count += 1
-            }
-            _ => pending.manifest.push(ManifestEntry {
-                session_id: body.session_id.clone(),
-                first_seq: body.seq,
-                count: 1,
-            }),
-        }
-        // The position after the line's record (the checker checked it is `pos`).
-        let next_pos = pos.0 + 1;
-        if pending.records.len() == limits::IMPORT_BATCH_RECORDS
-            || pending.bytes >= limits::GROUP_COMMIT_BYTES_MAX
-        {
-            write(
-                &tree,
-                std::mem::replace(&mut pending, Pending::new(next_pos)),
-            )?;
-            progress(next_pos);
-        }
-    }
-    write(&tree, pending)?;
-    db.flush()?;
-    File::open(dir.join("db"))?.sync_data()?;
-    // Large values (events stored apart among them) live in sled's blob files.
-    if let Ok(blobs) = std::fs::read_dir(dir.join("blobs")) {
-        for blob in blobs.flatten() {
-            File::open(blob.path())?.sync_all()?;
-        }
-        File::open(dir.join("blobs"))?.sync_all()?;
-    }
-    progress(checker.next_pos);
-    Ok(Ok(ImportReport {
-        records: checker.next_pos,
-        streams: checker.heads.len() as u64,
-    }))
-}
-
 /// One exported line, checked: its record body, its event's encoding and the record's
 /// bytes.
-struct Checked {
+pub(crate) struct Checked {
     /// Its global position.
-    pos: JournalPos,
-    body: codec::RecordBody,
-    encoded: codec::EncodedEvent,
-    bytes: Vec<u8>,
+    pub(crate) pos: JournalPos,
+    pub(crate) body: codec::RecordBody,
+    pub(crate) encoded: codec::EncodedEvent,
+    pub(crate) bytes: Vec<u8>,
 }
 
 /// The checks of an export, line by line: positions from 0 without a gap, each

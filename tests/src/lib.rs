@@ -486,7 +486,9 @@ impl Store {
     pub fn config(&self, agents: Vec<turnstile_actors::AgentSpec>) -> RuntimeConfig {
         let mut config = RuntimeConfig::new(self.path().to_path_buf(), agents);
         if let Store::Postgres { url, .. } = self {
-            config.postgres = Some(turnstile_journal::PostgresOptions::new(url.clone()));
+            config.journal = turnstile_journal::JournalConfig::Postgres(
+                turnstile_journal::PostgresOptions::new(url.clone()),
+            );
         }
         config
     }

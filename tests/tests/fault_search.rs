@@ -168,7 +168,7 @@ impl Search {
             })]);
             config.max_concurrent_runs = 3;
             config.session_idle = Duration::from_millis(150);
-            if let Some(postgres) = &mut config.postgres {
+            if let turnstile_journal::JournalConfig::Postgres(postgres) = &mut config.journal {
                 // A crashed replica's sessions are taken over within a second.
                 postgres.lease = Duration::from_secs(1);
             }

@@ -931,7 +931,7 @@ async fn every_route_status_and_event_is_in_the_api_document_17() {
     }
     // The event types are the capitalized string literals of the renderer (its tests
     // left out).
-    let source = std::fs::read_to_string(root.join("gateway/src/api/events.rs")).unwrap();
+    let source = std::fs::read_to_string(root.join("gateway/src/wire/events.rs")).unwrap();
     let events = source.split("#[cfg(test)]").next().unwrap();
     let names: std::collections::BTreeSet<&str> = events
         .split('"')

@@ -88,10 +88,7 @@ impl Runtime {
             max_event_bytes: config.max_event_bytes,
             ..JournalOptions::default()
         };
-        let journal = match &config.postgres {
-            Some(postgres) => Journal::open_postgres(postgres, options)?,
-            None => Journal::open(&config.data_dir, options)?,
-        };
+        let journal = Journal::open_config(&config.journal, options)?;
         let cluster = journal.is_shared();
         // On a shared journal the open runs of sessions other live replicas hold are
         // theirs: this replica takes only what is claimable, through its dispatcher.

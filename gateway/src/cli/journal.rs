@@ -49,17 +49,10 @@ pub(super) fn open_journal(
     data_dir: Option<PathBuf>,
 ) -> anyhow::Result<Journal> {
     let config = load_config(config, data_dir)?;
-    if let Some(postgres) = config.postgres(None)? {
-        return Ok(Journal::open_postgres(
-            &postgres,
-            JournalOptions::default(),
-        )?);
-    }
-    let dir = &config.server.data_dir;
-    if !dir.join("db").exists() {
-        anyhow::bail!("{} holds no journal", dir.display());
-    }
-    Ok(Journal::open(dir, JournalOptions::default())?)
+    Ok(Journal::open_existing(
+        &config.journal_config(None)?,
+        JournalOptions::default(),
+    )?)
 }
 
 pub(super) fn timeline(
@@ -276,43 +269,47 @@ pub(super) fn import(
     data_dir: Option<PathBuf>,
     config: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
+    std::fs::File::open(input)
+        .map_err(|error| anyhow::anyhow!("cannot read {}: {error}", input.display()))?;
     let read = || {
         std::fs::File::open(input)
             .map(std::io::BufReader::new)
-            .map_err(|error| anyhow::anyhow!("cannot read {}: {error}", input.display()))
+            .map_err(turnstile_journal::Error::from)
     };
-    let loaded = load_config(config, data_dir.clone())?;
-    if let Some(postgres) = loaded.postgres(None)? {
-        return import_postgres(read, &postgres);
-    }
-    let data_dir = data_dir.unwrap_or(loaded.server.data_dir);
-    let data_dir = data_dir.as_path();
-    let file = std::fs::File::open(input)
-        .map_err(|error| anyhow::anyhow!("cannot read {}: {error}", input.display()))?;
-    let bar = progress_bar("importing", None);
-    let outcome = portable::import(data_dir, std::io::BufReader::new(file), |records| {
-        bar.set_position(records)
+    let target = load_config(config, data_dir)?.journal_config(None)?;
+    let mut bar: Option<(portable::ImportPhase, ProgressBar)> = None;
+    let outcome = portable::import_to(&target, read, |phase, records| {
+        if bar.as_ref().is_none_or(|(shown, _)| *shown != phase) {
+            if let Some((_, done)) = bar.take() {
+                done.finish_and_clear();
+            }
+            let message = match phase {
+                portable::ImportPhase::Checking => "checking",
+                portable::ImportPhase::Importing => "importing",
+            };
+            bar = Some((phase, progress_bar(message, None)));
+        }
+        if let Some((_, shown)) = &bar {
+            shown.set_position(records);
+        }
     })?;
-    bar.finish_and_clear();
-    // A refused import into a new directory leaves nothing behind.
-    reported(outcome, "; nothing was written", || {
-        let journal = Journal::open(data_dir, JournalOptions::default())?;
-        Ok((journal, data_dir.display().to_string()))
-    })
+    if let Some((_, done)) = bar.take() {
+        done.finish_and_clear();
+    }
+    reported(outcome)
 }
 
 /// What an import says: on success the projections are folded from the events (an
-/// export carries events only) into the journal `target` opens; a refusal names its
-/// line (line 0: the export was not read at all, the target holds a journal).
+/// export carries events only) into the journal imported into; a refusal names its
+/// line (line 0: the export was not read at all, the target holds a journal) and says
+/// when nothing was written.
 pub(super) fn reported(
-    outcome: Result<portable::ImportReport, portable::ImportRefusal>,
-    refused_after: &str,
-    target: impl FnOnce() -> anyhow::Result<(Journal, String)>,
+    outcome: Result<(portable::ImportReport, Journal), (portable::ImportRefusal, bool)>,
 ) -> anyhow::Result<ExitCode> {
     match outcome {
-        Ok(report) => {
-            let (journal, location) = target()?;
+        Ok((report, journal)) => {
             turnstile_projections::rebuild::store_all(&journal)?;
+            let location = journal.location();
             journal.close()?;
             println!(
                 "imported {} events in {} streams into {location}",
@@ -320,40 +317,16 @@ pub(super) fn reported(
             );
             Ok(ExitCode::SUCCESS)
         }
-        Err(refusal) if refusal.line == 0 => {
+        Err((refusal, _)) if refusal.line == 0 => {
             println!("import REFUSED: {}; nothing was written", refusal.reason);
             Ok(ExitCode::from(1))
         }
-        Err(refusal) => {
-            println!("import REFUSED at {refusal}{refused_after}");
+        Err((refusal, wrote)) => {
+            let after = if wrote { "" } else { "; nothing was written" };
+            println!("import REFUSED at {refusal}{after}");
             Ok(ExitCode::from(1))
         }
     }
-}
-
-/// An import into an empty PostgreSQL journal: the whole export is checked first, so a
-/// refused one writes nothing.
-pub(super) fn import_postgres(
-    read: impl Fn() -> anyhow::Result<std::io::BufReader<std::fs::File>>,
-    postgres: &turnstile_journal::PostgresOptions,
-) -> anyhow::Result<ExitCode> {
-    let bar = progress_bar("checking", None);
-    let checked = portable::check_export(read()?, |records| bar.set_position(records))?;
-    bar.finish_and_clear();
-    if let Err(refusal) = checked {
-        println!("import REFUSED at {refusal}; nothing was written");
-        return Ok(ExitCode::from(1));
-    }
-    let journal = Journal::open_postgres(postgres, JournalOptions::default())?;
-    let bar = progress_bar("importing", None);
-    let outcome =
-        portable::import_into_postgres(&journal, read()?, |records| bar.set_position(records))?;
-    bar.finish_and_clear();
-    // Checked first, so a refusal here means another writer used the database meanwhile.
-    reported(outcome, "", || {
-        let location = journal.location();
-        Ok((journal, location))
-    })
 }
 
 pub(super) fn rebuild(

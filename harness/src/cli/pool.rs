@@ -84,11 +84,11 @@ impl Pool {
         }
     }
 
-    /// Kills every warm process (shutdown).
+    /// Kills every warm process and waits for each to exit (shutdown).
     pub(crate) fn clear(&self) {
         let warm = std::mem::take(&mut *self.warm.lock().unwrap_or_else(|e| e.into_inner()));
         for mut entry in warm {
-            entry.process.kill();
+            entry.process.kill_and_wait();
         }
     }
 }

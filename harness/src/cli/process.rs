@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
-use turnstile_journal::limits::CLI_STDERR_LINES_KEPT;
+use turnstile_journal::limits::{CLI_EXIT_WAIT_MS, CLI_STDERR_LINES_KEPT};
 
 use super::transcript::{TRANSCRIPT_LAG, TranscriptTail};
 use super::{Dialect, TurnState, send};
@@ -116,6 +116,17 @@ impl CliProcess {
     /// orphaned out of reach.
     pub(crate) fn kill(&mut self) {
         kill_tree(&mut self.child);
+    }
+
+    /// Kills it as [`CliProcess::kill`] does, then waits (up to
+    /// [`CLI_EXIT_WAIT_MS`]) until the CLI has exited: a server that stops next
+    /// leaves no CLI behind, even while a killed process takes a moment to die.
+    pub(crate) fn kill_and_wait(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_millis(CLI_EXIT_WAIT_MS);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     /// The last lines the CLI wrote to stderr.

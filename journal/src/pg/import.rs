@@ -5,12 +5,14 @@ use crate::Error;
 use crate::codec::{self, Hash};
 use crate::event::Event;
 use crate::ids::{JournalPos, Seq, SessionId};
+use crate::limits;
 use crate::pg::PgJournal;
 use crate::pg::append::{AppendCall, IndexArgs, call_append, position};
+use crate::portable::{Checked, ImportSink};
 use std::sync::atomic::Ordering;
 
 /// One record of an import, checked: its bytes as exported, its event.
-pub(crate) struct ImportedRecord {
+struct ImportedRecord {
     pub(crate) seq: Seq,
     pub(crate) bytes: Vec<u8>,
     pub(crate) hash: Hash,
@@ -21,7 +23,7 @@ pub(crate) struct ImportedRecord {
 impl PgJournal {
     /// Appends records of one session exactly as given (an import's), in one
     /// transaction, and waits for their positions, which it returns.
-    pub(crate) fn import_records(
+    fn import_records(
         &self,
         session_id: &SessionId,
         records: Vec<ImportedRecord>,
@@ -91,5 +93,73 @@ impl PgJournal {
         Ok((0..count)
             .map(|offset| JournalPos(last_pos + 1 - count + offset))
             .collect())
+    }
+}
+
+/// An open, empty PostgreSQL journal being imported into: the records of one session
+/// at a time, a batch per transaction, each given the position the export says.
+pub(crate) struct PgImport {
+    journal: PgJournal,
+    batch: Vec<ImportedRecord>,
+    session: Option<SessionId>,
+    positions: Vec<u64>,
+}
+
+impl PgImport {
+    pub(crate) fn new(journal: PgJournal) -> PgImport {
+        PgImport {
+            journal,
+            batch: Vec::new(),
+            session: None,
+            positions: Vec::new(),
+        }
+    }
+
+    /// Writes the batch; a refusal when the database gave other positions than the
+    /// export's (another writer used it).
+    fn flush(&mut self) -> Result<Option<String>, Error> {
+        let Some(session) = &self.session else {
+            return Ok(None);
+        };
+        let given = self
+            .journal
+            .import_records(session, std::mem::take(&mut self.batch))?;
+        let given: Vec<u64> = given.iter().map(|pos| pos.0).collect();
+        let wanted = std::mem::take(&mut self.positions);
+        Ok((given != wanted).then(|| {
+            format!("positions {wanted:?} of the export were given {given:?}: another writer used the database")
+        }))
+    }
+}
+
+impl ImportSink for PgImport {
+    fn write(&mut self, record: Checked) -> Result<Option<String>, Error> {
+        let Checked {
+            pos,
+            body,
+            encoded,
+            bytes,
+        } = record;
+        if self.session.as_ref() != Some(&body.session_id)
+            || self.batch.len() >= limits::IMPORT_BATCH_RECORDS
+        {
+            if let Some(reason) = self.flush()? {
+                return Ok(Some(reason));
+            }
+            self.session = Some(body.session_id.clone());
+        }
+        self.batch.push(ImportedRecord {
+            seq: body.seq,
+            hash: codec::hash(&bytes),
+            bytes,
+            apart: encoded.apart,
+            event: encoded.event,
+        });
+        self.positions.push(pos.0);
+        Ok(None)
+    }
+
+    fn finish(&mut self) -> Result<Option<String>, Error> {
+        self.flush()
     }
 }

@@ -61,7 +61,7 @@ mod reads;
 mod replicas;
 mod schema;
 
-pub(crate) use import::ImportedRecord;
+pub(crate) use import::PgImport;
 
 /// Where a PostgreSQL journal is and how to reach it.
 #[derive(Debug, Clone)]

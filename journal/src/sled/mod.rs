@@ -30,7 +30,9 @@ use crate::event::Event;
 use crate::ids::{JournalPos, RunId, Seq, SessionId};
 use crate::sled::committer::{Committer, Job, Request};
 use crate::sled::disk::storage_gate;
+use crate::sled::indexes::StagedRuns;
 use crate::sled::indexes::{AgentRunCounts, count_agent_runs};
+use crate::sled::keys::log_key;
 use crate::sled::keys::{
     LAYOUT_1_STREAM, LOG, OPEN, PROJECTIONS, SESSION, agent_runs_prefix, be_u64, decode_run_value,
     decode_session_entry, idempotency_key, run_key, session_runs_prefix, stored_id,
@@ -45,8 +47,7 @@ use crate::{
     AgentRun, AppendQueueFull, AppendResult, Error, Expected, IndexedStatus, JournalOptions,
     Recorded, SessionEntry, StatsSnapshot, limits,
 };
-pub(crate) use indexes::{StagedRuns, index_event};
-pub(crate) use keys::{apart_key, log_key, write_index};
+pub(crate) use import::SledImport;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -58,6 +59,7 @@ use tokio::sync::{broadcast, mpsc};
 
 mod committer;
 mod disk;
+mod import;
 mod indexes;
 pub(crate) mod keys;
 mod reads;
