@@ -68,10 +68,8 @@ impl PgJournal {
         }
         report.streams = heads.len() as u64;
         progress(report.events);
-        let pool = self.inner.pool.clone();
         let durable = expected.0 as i64;
-        let stored: Vec<(String, i64, Vec<u8>)> = self.block(async move {
-            let client = pool.get().await?;
+        let stored: Vec<(String, i64, Vec<u8>)> = self.with_client(move |client| async move {
             // Streams whose records are all positioned (one appended meanwhile is not
             // in this walk).
             let rows = client

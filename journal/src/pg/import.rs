@@ -53,11 +53,9 @@ impl PgJournal {
             bytes.push(record.bytes);
         }
         let count = bytes.len() as u64;
-        let pool = self.inner.pool.clone();
         let session = session_id.clone();
         let me = self.replica_id();
-        let last_pos = self.block(async move {
-            let client = pool.get().await?;
+        let last_pos = self.with_client(move |client| async move {
             let row = call_append(
                 &client,
                 AppendCall {

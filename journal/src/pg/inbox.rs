@@ -135,10 +135,8 @@ impl PgJournal {
 
     /// Takes the commands left for this replica, oldest first.
     pub(crate) fn take_commands(&self) -> Result<Vec<Command>, Error> {
-        let pool = self.inner.pool.clone();
         let me = self.replica_id();
-        self.block(async move {
-            let client = pool.get().await?;
+        self.with_client(move |client| async move {
             let rows = client
                 .query(
                     "UPDATE turnstile.inbox SET state = 'taken' WHERE id IN ( \
@@ -166,9 +164,7 @@ impl PgJournal {
 
     /// Answers a command this replica took.
     pub(crate) fn answer_command(&self, id: i64, reply: String) -> Result<(), Error> {
-        let pool = self.inner.pool.clone();
-        self.block(async move {
-            let client = pool.get().await?;
+        self.with_client(move |client| async move {
             client
                 .execute(
                     "UPDATE turnstile.inbox SET state = 'done', reply = $2 WHERE id = $1",

@@ -286,6 +286,18 @@ impl PgJournal {
         block_on(&self.inner.handle, future)
     }
 
+    /// Runs `work` with a pooled connection on the backend's runtime and waits for its
+    /// answer: the one way a synchronous call of this backend reaches the database.
+    pub(super) fn with_client<T, F, W>(&self, work: W) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, Error>> + Send + 'static,
+        W: FnOnce(deadpool_postgres::Client) -> F + Send + 'static,
+    {
+        let pool = self.inner.pool.clone();
+        self.block(async move { work(pool.get().await?).await })
+    }
+
     pub(crate) fn describe(&self) -> &str {
         &self.inner.url
     }
@@ -384,11 +396,9 @@ impl PgJournal {
     }
 
     pub(crate) fn put_projection(&self, key: &str, value: &[u8]) -> Result<(), Error> {
-        let pool = self.inner.pool.clone();
         let key = key.to_owned();
         let value = value.to_vec();
-        self.block(async move {
-            let client = pool.get().await?;
+        self.with_client(move |client| async move {
             let statement = client
                 .prepare_cached("SELECT turnstile.put_projection($1, $2)")
                 .await?;
@@ -399,9 +409,7 @@ impl PgJournal {
 
     /// One round trip to the database (`SELECT 1`), within the pool's timeouts.
     pub(crate) fn writable(&self) -> Result<(), Error> {
-        let pool = self.inner.pool.clone();
-        self.block(async move {
-            let client = pool.get().await?;
+        self.with_client(move |client| async move {
             tokio::time::timeout(
                 Duration::from_millis(limits::POSTGRES_WAIT_MS),
                 client.simple_query("SELECT 1"),
@@ -413,10 +421,8 @@ impl PgJournal {
     }
 
     pub(crate) fn get_projection(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
-        let pool = self.inner.pool.clone();
         let key = key.to_owned();
-        self.block(async move {
-            let client = pool.get().await?;
+        self.with_client(move |client| async move {
             let row = client
                 .query_opt(
                     "SELECT value FROM turnstile.projections WHERE key = $1",
@@ -428,9 +434,7 @@ impl PgJournal {
     }
 
     pub(crate) fn projections(&self) -> Result<Vec<(String, Vec<u8>)>, Error> {
-        let pool = self.inner.pool.clone();
-        self.block(async move {
-            let client = pool.get().await?;
+        self.with_client(move |client| async move {
             let rows = client
                 .query(
                     "SELECT key, value FROM turnstile.projections ORDER BY key COLLATE \"C\"",
@@ -449,10 +453,8 @@ impl PgJournal {
         self.inner.close();
         if first {
             // Others take this replica's sessions at once rather than after its lease.
-            let pool = self.inner.pool.clone();
             let me = self.replica_id();
-            let _ = self.block(async move {
-                let client = pool.get().await?;
+            let _ = self.with_client(move |client| async move {
                 client
                     .execute(
                         "UPDATE turnstile.streams SET owner = NULL WHERE owner = $1",
@@ -498,7 +500,10 @@ impl Drop for Inner {
     }
 }
 
-/// Runs `future` on the backend's runtime and waits for it on a plain channel.
+/// Runs `future` on the backend's runtime and waits for it on a plain channel. Called
+/// from a worker of a multi-threaded tokio runtime (an HTTP handler's), the wait tells
+/// that runtime first (`block_in_place`), which hands the worker's other tasks to
+/// another thread: a slow database stalls the caller, never the requests beside it.
 fn block_on<T: Send + 'static>(
     handle: &tokio::runtime::Handle,
     future: impl Future<Output = Result<T, Error>> + Send + 'static,
@@ -507,7 +512,15 @@ fn block_on<T: Send + 'static>(
     handle.spawn(async move {
         let _ = done.send(future.await);
     });
-    wait.recv().map_err(|_| Error::Stopped)?
+    let on_worker = tokio::runtime::Handle::try_current().is_ok_and(|current| {
+        current.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+    });
+    let answer = if on_worker {
+        tokio::task::block_in_place(|| wait.recv())
+    } else {
+        wait.recv()
+    };
+    answer.map_err(|_| Error::Stopped)?
 }
 
 fn shard(session_id: &SessionId) -> usize {

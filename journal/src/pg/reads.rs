@@ -13,10 +13,8 @@ use std::sync::atomic::Ordering;
 
 impl PgJournal {
     pub(crate) fn get(&self, pos: JournalPos) -> Result<Option<Recorded>, Error> {
-        let pool = self.inner.pool.clone();
         let stats = self.inner.stats.clone();
-        self.block(async move {
-            let client = pool.get().await?;
+        self.with_client(move |client| async move {
             let row = client
                 .query_opt(
                     "SELECT record FROM turnstile.events WHERE pos = $1",
@@ -121,10 +119,8 @@ impl PgJournal {
     }
 
     pub(crate) fn session_next_seq(&self, session_id: &SessionId) -> Result<Seq, Error> {
-        let pool = self.inner.pool.clone();
         let session = session_id.as_str().to_owned();
-        self.block(async move {
-            let client = pool.get().await?;
+        self.with_client(move |client| async move {
             let row = client
                 .query_one(
                     "SELECT coalesce(max(seq) + 1, 0) FROM turnstile.events \
@@ -138,10 +134,8 @@ impl PgJournal {
 
     /// The stream's head as committed (positioned or not).
     pub(crate) fn session_committed_seq(&self, session_id: &SessionId) -> Result<Seq, Error> {
-        let pool = self.inner.pool.clone();
         let session = session_id.as_str().to_owned();
-        self.block(async move {
-            let client = pool.get().await?;
+        self.with_client(move |client| async move {
             let row = client
                 .query_opt(
                     "SELECT next_seq FROM turnstile.streams WHERE session_id = $1",
@@ -153,10 +147,8 @@ impl PgJournal {
     }
 
     pub(crate) fn session_of_run(&self, run_id: &RunId) -> Result<Option<SessionId>, Error> {
-        let pool = self.inner.pool.clone();
         let run = run_id.as_str().to_owned();
-        self.block(async move {
-            let client = pool.get().await?;
+        self.with_client(move |client| async move {
             let row = client
                 .query_opt(
                     "SELECT session_id FROM turnstile.runs WHERE run_id = $1",
@@ -168,10 +160,8 @@ impl PgJournal {
     }
 
     pub(crate) fn session_runs(&self, session_id: &SessionId) -> Result<Vec<(Seq, RunId)>, Error> {
-        let pool = self.inner.pool.clone();
         let session = session_id.as_str().to_owned();
-        self.block(async move {
-            let client = pool.get().await?;
+        self.with_client(move |client| async move {
             let rows = client
                 .query(
                     "SELECT queued_seq, run_id FROM turnstile.runs \
@@ -186,10 +176,8 @@ impl PgJournal {
     }
 
     pub(crate) fn agent_run_counts(&self, agent_id: &str) -> [u64; 5] {
-        let pool = self.inner.pool.clone();
         let agent = agent_id.to_owned();
-        let counted = self.block(async move {
-            let client = pool.get().await?;
+        let counted = self.with_client(move |client| async move {
             let rows = client
                 .query(
                     "SELECT status::text, count(*) FROM turnstile.runs \
@@ -279,9 +267,7 @@ impl PgJournal {
     }
 
     pub(crate) fn open_runs(&self) -> Result<Vec<(RunId, SessionId)>, Error> {
-        let pool = self.inner.pool.clone();
-        self.block(async move {
-            let client = pool.get().await?;
+        self.with_client(move |client| async move {
             let rows = client
                 .query(
                     "SELECT run_id, session_id FROM turnstile.runs WHERE open ORDER BY run_id",
@@ -295,9 +281,7 @@ impl PgJournal {
     }
 
     pub(crate) fn sessions(&self) -> Result<Vec<SessionEntry>, Error> {
-        let pool = self.inner.pool.clone();
-        self.block(async move {
-            let client = pool.get().await?;
+        self.with_client(move |client| async move {
             let rows = client
                 .query(
                     "SELECT session_id, agent_id, user_id, created_at_us FROM turnstile.sessions \
@@ -319,10 +303,8 @@ impl PgJournal {
     }
 
     pub(crate) fn run_of_idempotency_key(&self, key: &str) -> Result<Option<RunId>, Error> {
-        let pool = self.inner.pool.clone();
         let key = key.to_owned();
-        self.block(async move {
-            let client = pool.get().await?;
+        self.with_client(move |client| async move {
             let row = client
                 .query_opt(
                     "SELECT run_id FROM turnstile.idempotency_keys WHERE key = $1",

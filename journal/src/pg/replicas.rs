@@ -30,12 +30,10 @@ impl PgJournal {
             *holders += 1;
             return Ok(Lease::Held);
         }
-        let pool = self.inner.pool.clone();
         let me = self.replica_id();
         let session = session_id.as_str().to_owned();
         let (status, epoch, owner): (String, Option<i64>, Option<String>) =
-            self.block(async move {
-                let client = pool.get().await?;
+            self.with_client(move |client| async move {
                 let row = client
                     .query_one(
                         "SELECT status, lease_epoch, owner FROM turnstile.acquire($1, $2)",
@@ -108,11 +106,9 @@ impl PgJournal {
                 None => return,
             }
         };
-        let pool = self.inner.pool.clone();
         let me = self.replica_id();
         let session = session_id.as_str().to_owned();
-        let released = self.block(async move {
-            let client = pool.get().await?;
+        let released = self.with_client(move |client| async move {
             client
                 .execute(
                     "UPDATE turnstile.streams SET owner = NULL \
@@ -129,10 +125,8 @@ impl PgJournal {
 
     /// Sessions with open runs and no live owner, at most `limit`.
     pub(crate) fn claimable(&self, limit: usize) -> Result<Vec<SessionId>, Error> {
-        let pool = self.inner.pool.clone();
         let limit = limit.min(i32::MAX as usize) as i32;
-        self.block(async move {
-            let client = pool.get().await?;
+        self.with_client(move |client| async move {
             let rows = client
                 .query("SELECT session_id FROM turnstile.claimable($1)", &[&limit])
                 .await?;
