@@ -89,6 +89,39 @@ impl Recorded {
             event: body.event,
         })
     }
+
+    /// Decodes a record's bytes as a backend found them at `pos`, naming the position
+    /// when they are corrupt. An event stored apart is still `StoredApart`: the backend
+    /// fetches its bytes ([`Recorded::apart_digest`]) and puts it back
+    /// ([`Recorded::with_apart`]); this is the one decoder of every backend.
+    pub(crate) fn read(bytes: &[u8], pos: JournalPos, hashing: Hashing) -> Result<Recorded, Error> {
+        Recorded::decode(bytes, pos, hashing).map_err(|error| Error::Corrupt {
+            pos,
+            reason: error.to_string(),
+        })
+    }
+
+    /// The digest of the event stored apart that this record stands for, if it does.
+    pub(crate) fn apart_digest(&self) -> Option<Hash> {
+        match &self.event {
+            Event::StoredApart { digest, .. } => Some(*digest),
+            _ => None,
+        }
+    }
+
+    /// The record with its event stored apart put back, from the bytes stored under its
+    /// digest (`None`: they are missing, the record is corrupt).
+    pub(crate) fn with_apart(mut self, stored: Option<&[u8]>) -> Result<Recorded, Error> {
+        let Some(digest) = self.apart_digest() else {
+            return Ok(self);
+        };
+        let pos = self.pos;
+        let corrupt = |reason: String| Error::Corrupt { pos, reason };
+        let stored = stored.ok_or_else(|| corrupt("the event stored apart is missing".into()))?;
+        self.event = codec::decode_apart(&digest, stored).map_err(corrupt)?;
+        self.size_bytes += stored.len();
+        Ok(self)
+    }
 }
 
 /// What the appender expects the session's stream to look like.

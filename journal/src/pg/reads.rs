@@ -3,8 +3,6 @@
 //! the record decoder that fetches an event stored apart.
 
 use crate::Error;
-use crate::codec;
-use crate::event::Event;
 use crate::ids::{JournalPos, RunId, Seq, SessionId};
 use crate::limits;
 use crate::pg::{PgJournal, stored_id};
@@ -322,25 +320,18 @@ pub(super) async fn decode(
     pos: JournalPos,
     hashing: Hashing,
 ) -> Result<Recorded, Error> {
-    let mut record = Recorded::decode(bytes, pos, hashing).map_err(|error| Error::Corrupt {
-        pos,
-        reason: error.to_string(),
-    })?;
-    if let Event::StoredApart { digest, .. } = &record.event {
-        let corrupt = |reason: String| Error::Corrupt { pos, reason };
-        let row = client
-            .query_opt(
-                "SELECT bytes FROM turnstile.blobs WHERE digest = $1",
-                &[&digest.as_slice()],
-            )
-            .await?
-            .ok_or_else(|| corrupt("the event stored apart is missing".into()))?;
-        let stored: Vec<u8> = row.get(0);
-        let event = codec::decode_apart(digest, &stored).map_err(corrupt)?;
-        record.size_bytes += stored.len();
-        record.event = event;
-    }
-    Ok(record)
+    let record = Recorded::read(bytes, pos, hashing)?;
+    let Some(digest) = record.apart_digest() else {
+        return Ok(record);
+    };
+    let row = client
+        .query_opt(
+            "SELECT bytes FROM turnstile.blobs WHERE digest = $1",
+            &[&digest.as_slice()],
+        )
+        .await?;
+    let stored: Option<Vec<u8>> = row.map(|row| row.get(0));
+    record.with_apart(stored.as_deref())
 }
 
 /// An iterator over pages that a closure fetches: `(items, next cursor, last page)`.

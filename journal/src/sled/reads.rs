@@ -5,7 +5,6 @@
 //! Reads never block the committer; they do not write.
 
 use crate::codec::{self, Run, Segment};
-use crate::event::Event;
 use crate::ids::{JournalPos, Seq, SessionId};
 use crate::sled::Tail;
 use crate::sled::keys::{
@@ -183,23 +182,12 @@ pub(super) fn decode_record(
     pos: JournalPos,
     hashing: Hashing,
 ) -> Result<Recorded, Error> {
-    let mut record = Recorded::decode(bytes, pos, hashing).map_err(|error| Error::Corrupt {
-        pos,
-        reason: error.to_string(),
-    })?;
-    if let Event::StoredApart { digest, .. } = &record.event {
-        let corrupt = |reason: String| Error::Corrupt {
-            pos: record.pos,
-            reason,
-        };
-        let stored = tree
-            .get(apart_key(digest))?
-            .ok_or_else(|| corrupt("the event stored apart is missing".into()))?;
-        let event = codec::decode_apart(digest, &stored).map_err(corrupt)?;
-        record.size_bytes += stored.len();
-        record.event = event;
-    }
-    Ok(record)
+    let record = Recorded::read(bytes, pos, hashing)?;
+    let Some(digest) = record.apart_digest() else {
+        return Ok(record);
+    };
+    let stored = tree.get(apart_key(&digest))?;
+    record.with_apart(stored.as_deref())
 }
 
 /// Reads one session's records run by run, each run from its segment.
