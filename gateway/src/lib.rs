@@ -1,8 +1,9 @@
 //! The `turnstile` binary's library: configuration, the HTTP gateway and the CLI.
 //!
-//! The gateway is thin: it parses requests, forwards commands to the runtime of
-//! `turnstile-actors`, and renders what the runtime reads from the journal. It is the
-//! only crate that names `axum`. It holds no run state of its own.
+//! The gateway parses requests, forwards commands to the runtime of `turnstile-actors`,
+//! and renders what the runtime reads from the journal in agno's JSON. It is the only
+//! crate that names `axum`. It keeps no run state that the journal does not have: the
+//! telemetry's open runs are a projection of the journal's live feed.
 
 pub mod allocator;
 pub mod api;

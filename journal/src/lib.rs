@@ -4,11 +4,13 @@
 //! sequence from 0; all streams interleave into one journal with a global position.
 //! Each record carries a format-version byte, a checksum and a hash link to the
 //! previous record of its session, so tampering and loss are detectable ([`verify`]).
-//! Appends are durable (sled flush followed by `fdatasync`) before they return, and
-//! one committer thread syncs for every waiting appender (group commit).
+//! Appends are durable before they return, on either backend: `sled/` (embedded: one
+//! committer thread syncs for every waiting appender) or `pg/` (PostgreSQL, shared by
+//! replicas under leases), as a [`JournalConfig`] names it.
 //!
 //! This crate deliberately knows nothing about actors, HTTP or harnesses: it stores
-//! and returns events, and it is the only crate that names `sled` or `bincode`.
+//! and returns events, and it is the only crate that names `sled`, `bincode` or a
+//! PostgreSQL driver.
 
 mod chain;
 pub mod codec;

@@ -3,7 +3,8 @@
 //! A view is a function of the events alone: the same records always fold to the same
 //! view, so every view can be rebuilt from the journal at any time, and the live copy
 //! a session actor keeps is the same fold applied one record at a time.
-//! Nothing here does I/O, waits, or knows about actors or HTTP.
+//! The folds do no I/O, wait for nothing, and know nothing of actors or HTTP; only
+//! `rebuild` reads a journal, to fold every session again and compare.
 
 mod metrics;
 pub mod rebuild;
