@@ -259,151 +259,23 @@ async fn run(
     emit(&events, HarnessEvent::SessionStarted { harness_session_id }).await?;
     let user_line =
         json!({"type": "user", "uuid": uuid::Uuid::now_v7().to_string(), "text": request.message});
-    emit(
-        &events,
-        HarnessEvent::TranscriptLine {
-            line: user_line.to_string(),
-        },
-    )
-    .await?;
-
+    transcript_line(&events, user_line).await?;
     let mut tool_number = 0u32;
     for step in &script.steps {
         check(&cancel)?;
-        match step {
-            Step::Tool {
-                name,
-                args,
-                error,
-                parent,
-            } => {
-                tool_number += 1;
-                let mut tool = ToolCall {
-                    tool_call_id: format!(
-                        "call_{}_{}_{tool_number}",
-                        request.run_id, request.attempt
-                    ),
-                    tool_name: name.clone(),
-                    tool_args: args.clone(),
-                    result: None,
-                    tool_call_error: false,
-                    // `#N` names this attempt's N-th call (its id is made here).
-                    parent_tool_call_id: parent.as_ref().map(|parent| {
-                        match parent.strip_prefix('#').and_then(|n| n.parse::<u32>().ok()) {
-                            Some(n) => format!("call_{}_{}_{n}", request.run_id, request.attempt),
-                            None => parent.clone(),
-                        }
-                    }),
-                };
-                emit(
-                    &events,
-                    HarnessEvent::ToolCallStarted { tool: tool.clone() },
-                )
-                .await?;
-                let use_line = json!({"type": "tool_use", "id": tool.tool_call_id, "name": name, "input": args});
-                emit(
-                    &events,
-                    HarnessEvent::TranscriptLine {
-                        line: use_line.to_string(),
-                    },
-                )
-                .await?;
-                let result = if *error {
-                    format!("error:{name}")
-                } else {
-                    format!("ok:{name}")
-                };
-                let result_line = json!({"type": "tool_result", "tool_use_id": tool.tool_call_id, "content": result, "is_error": error});
-                emit(
-                    &events,
-                    HarnessEvent::TranscriptLine {
-                        line: result_line.to_string(),
-                    },
-                )
-                .await?;
-                tool.result = Some(result);
-                tool.tool_call_error = *error;
-                emit(&events, HarnessEvent::ToolCallCompleted { tool }).await?;
-            }
-            Step::Sleep(duration) => {
-                tokio::select! {
-                    _ = tokio::time::sleep(*duration) => {}
-                    _ = cancel.cancelled() => return Err(HarnessError::Cancelled),
-                }
-            }
-            Step::FailTransient(attempts) => {
-                if request.attempt <= *attempts {
-                    return Err(HarnessError::Failed {
-                        kind: ErrorKind::Transient,
-                        message: format!(
-                            "scripted transient failure (attempt {} of {attempts} failing)",
-                            request.attempt
-                        ),
-                    });
-                }
-            }
-            Step::FailPermanent(kind) => {
-                return Err(HarnessError::Failed {
-                    kind: *kind,
-                    message: format!("scripted permanent failure: {}", kind.slug()),
-                });
-            }
-        }
+        play(step, &request, &events, &cancel, &mut tool_number).await?;
     }
     check(&cancel)?;
-
     if script.compact {
-        // `/compact` as a message compacts the session so far, this message excluded.
-        let compacted = compaction(&request.transcript.lines()?);
-        let content = match &compacted {
-            Some((_, summary, replaced)) => format!("Compacted {replaced} messages into {summary}"),
-            None => "Not enough messages to compact".to_owned(),
-        };
-        if let Some((line, summary, replaced_messages)) = compacted {
-            emit(&events, HarnessEvent::TranscriptLine { line }).await?;
-            emit(
-                &events,
-                HarnessEvent::Compacted {
-                    summary,
-                    replaced_messages,
-                },
-            )
-            .await?;
-        }
-        for delta in deltas(&content) {
-            emit(&events, HarnessEvent::ContentDelta { text: delta }).await?;
-        }
-        return Ok(TurnOutcome {
-            content,
-            usage: Usage::default(),
-        });
+        return compact_turn(&request, &events).await;
     }
-    let content = if let Some(json) = &script.json {
-        json_text(json, "json")?
-    } else if let Some(reply) = &script.reply {
-        reply.clone()
-    } else if script.history {
-        let mut lines = history_lines(&request.transcript.lines()?);
-        lines.push(history_label(&request.message));
-        lines.join("\n")
-    } else if script.has_directive {
-        format!("echo: {}", script.prose.join("\n"))
-    } else {
-        format!("echo: {}", request.message)
-    };
+    let content = answer(&script, &request)?;
     for delta in deltas(&content) {
         emit(&events, HarnessEvent::ContentDelta { text: delta }).await?;
     }
     let answer_line =
         json!({"type": "assistant", "uuid": uuid::Uuid::now_v7().to_string(), "text": content});
-    emit(
-        &events,
-        HarnessEvent::TranscriptLine {
-            line: answer_line.to_string(),
-        },
-    )
-    .await?;
-
+    transcript_line(&events, answer_line).await?;
     let usage = match script.usage {
         Some((input, output, cache_read, cost)) => Usage {
             input_tokens: input,
@@ -419,6 +291,154 @@ async fn run(
         },
     };
     Ok(TurnOutcome { content, usage })
+}
+
+/// Emits one transcript line.
+async fn transcript_line(events: &EventSink, line: serde_json::Value) -> Result<(), HarnessError> {
+    emit(
+        events,
+        HarnessEvent::TranscriptLine {
+            line: line.to_string(),
+        },
+    )
+    .await
+}
+
+/// Plays one step of the script: a tool call, a sleep (cancellable), or a failure.
+async fn play(
+    step: &Step,
+    request: &TurnRequest,
+    events: &EventSink,
+    cancel: &CancellationToken,
+    tool_number: &mut u32,
+) -> Result<(), HarnessError> {
+    match step {
+        Step::Tool {
+            name,
+            args,
+            error,
+            parent,
+        } => {
+            *tool_number += 1;
+            call_tool(
+                request,
+                events,
+                *tool_number,
+                name,
+                args,
+                *error,
+                parent.as_deref(),
+            )
+            .await
+        }
+        Step::Sleep(duration) => {
+            tokio::select! {
+                _ = tokio::time::sleep(*duration) => Ok(()),
+                _ = cancel.cancelled() => Err(HarnessError::Cancelled),
+            }
+        }
+        Step::FailTransient(attempts) if request.attempt <= *attempts => {
+            Err(HarnessError::Failed {
+                kind: ErrorKind::Transient,
+                message: format!(
+                    "scripted transient failure (attempt {} of {attempts} failing)",
+                    request.attempt
+                ),
+            })
+        }
+        Step::FailTransient(_) => Ok(()),
+        Step::FailPermanent(kind) => Err(HarnessError::Failed {
+            kind: *kind,
+            message: format!("scripted permanent failure: {}", kind.slug()),
+        }),
+    }
+}
+
+/// A scripted tool call: started, its use and result lines, completed.
+async fn call_tool(
+    request: &TurnRequest,
+    events: &EventSink,
+    number: u32,
+    name: &str,
+    args: &str,
+    error: bool,
+    parent: Option<&str>,
+) -> Result<(), HarnessError> {
+    let mut tool = ToolCall {
+        tool_call_id: format!("call_{}_{}_{number}", request.run_id, request.attempt),
+        tool_name: name.to_owned(),
+        tool_args: args.to_owned(),
+        result: None,
+        tool_call_error: false,
+        // `#N` names this attempt's N-th call (its id is made here).
+        parent_tool_call_id: parent.map(|parent| {
+            match parent.strip_prefix('#').and_then(|n| n.parse::<u32>().ok()) {
+                Some(n) => format!("call_{}_{}_{n}", request.run_id, request.attempt),
+                None => parent.to_owned(),
+            }
+        }),
+    };
+    emit(events, HarnessEvent::ToolCallStarted { tool: tool.clone() }).await?;
+    let use_line =
+        json!({"type": "tool_use", "id": tool.tool_call_id, "name": name, "input": args});
+    transcript_line(events, use_line).await?;
+    let result = if error {
+        format!("error:{name}")
+    } else {
+        format!("ok:{name}")
+    };
+    let result_line = json!({"type": "tool_result", "tool_use_id": tool.tool_call_id, "content": result, "is_error": error});
+    transcript_line(events, result_line).await?;
+    tool.result = Some(result);
+    tool.tool_call_error = error;
+    emit(events, HarnessEvent::ToolCallCompleted { tool }).await
+}
+
+/// `/compact` as a message compacts the session so far, this message excluded.
+async fn compact_turn(
+    request: &TurnRequest,
+    events: &EventSink,
+) -> Result<TurnOutcome, HarnessError> {
+    let compacted = compaction(&request.transcript.lines()?);
+    let content = match &compacted {
+        Some((_, summary, replaced)) => format!("Compacted {replaced} messages into {summary}"),
+        None => "Not enough messages to compact".to_owned(),
+    };
+    if let Some((line, summary, replaced_messages)) = compacted {
+        emit(events, HarnessEvent::TranscriptLine { line }).await?;
+        emit(
+            events,
+            HarnessEvent::Compacted {
+                summary,
+                replaced_messages,
+            },
+        )
+        .await?;
+    }
+    for delta in deltas(&content) {
+        emit(events, HarnessEvent::ContentDelta { text: delta }).await?;
+    }
+    Ok(TurnOutcome {
+        content,
+        usage: Usage::default(),
+    })
+}
+
+/// The turn's answer: the scripted JSON or reply, the history, or an echo.
+fn answer(script: &Script, request: &TurnRequest) -> Result<String, HarnessError> {
+    Ok(if let Some(json) = &script.json {
+        json_text(json, "json")?
+    } else if let Some(reply) = &script.reply {
+        reply.clone()
+    } else if script.history {
+        let mut lines = history_lines(&request.transcript.lines()?);
+        lines.push(history_label(&request.message));
+        lines.join("\n")
+    } else if script.has_directive {
+        format!("echo: {}", script.prose.join("\n"))
+    } else {
+        format!("echo: {}", request.message)
+    })
 }
 
 impl Harness for ScriptedHarness {

@@ -146,8 +146,24 @@ impl SessionState {
             return;
         }
         self.next_seq = record.seq.0 + 1;
+        self.session.updated_at_us = record.ts_us;
+        self.apply_to_session(record);
+        let current_lines = self.session.transcript_len();
+        let Some(run_id) = record.event.run_id() else {
+            return;
+        };
+        let session = &mut self.session;
+        let Some(run) = self.runs.iter_mut().rev().find(|run| &run.run_id == run_id) else {
+            return;
+        };
+        run.updated_at_us = record.ts_us;
+        apply_run_progress(run, record, current_lines);
+        apply_run_end(run, session, record, current_lines);
+    }
+
+    /// What a record changes in the session's own facts.
+    fn apply_to_session(&mut self, record: &Recorded) {
         let ts = record.ts_us;
-        self.session.updated_at_us = ts;
         match &record.event {
             Event::SessionCreated { agent_id, user_id } => {
                 // A session id used again after a delete starts a new session.
@@ -166,64 +182,7 @@ impl SessionState {
                     self.session.created_seq = record.seq.0;
                 }
             }
-            Event::RunQueued {
-                run_id,
-                agent_id,
-                user_id,
-                input,
-                options,
-            } => {
-                let options_json: serde_json::Value =
-                    serde_json::from_str(options).unwrap_or_default();
-                if self.session.run_count == 0 {
-                    self.session.name = input
-                        .lines()
-                        .find(|line| !line.trim().is_empty())
-                        .map(|line| line.chars().take(50).collect())
-                        .unwrap_or_default();
-                }
-                self.session.run_count += 1;
-                let previous_run = self.session.last_run.replace(run_id.clone());
-                let day = self.session.day_mut(date_of_us(ts));
-                day.runs += 1;
-                if let Some(user) = user_id
-                    && !day.users.contains(user)
-                {
-                    push_exact(&mut day.users, user.clone());
-                }
-                self.runs.push(RunView {
-                    run_id: run_id.clone(),
-                    session_id: self.session_id.clone(),
-                    agent_id: agent_id.clone(),
-                    user_id: user_id.clone(),
-                    status: RunStatus::Pending,
-                    input: input.clone(),
-                    options: options.clone(),
-                    content: String::new(),
-                    content_type: "str".into(),
-                    tools: Vec::new(),
-                    model: None,
-                    model_provider: None,
-                    metrics: None,
-                    error: None,
-                    retryable: false,
-                    attempts: 0,
-                    event_count: 0,
-                    queued_seq: record.seq,
-                    previous_run,
-                    background: options_json["background"].as_bool().unwrap_or(false),
-                    last_failure: None,
-                    warnings: Vec::new(),
-                    fork: serde_json::from_value(options_json["fork"].clone()).ok(),
-                    harness_session_id: None,
-                    transcript_start: 0,
-                    transcript_end: 0,
-                    checkpoints: Vec::new(),
-                    attachments: Vec::new(),
-                    created_at_us: ts,
-                    updated_at_us: ts,
-                });
-            }
+            Event::RunQueued { .. } => self.queue_run(record),
             Event::TranscriptLineAppended {
                 harness_session_id, ..
             } => {
@@ -270,106 +229,71 @@ impl SessionState {
             }
             _ => {}
         }
-        let current_lines = self.session.transcript_len();
-        let Some(run_id) = record.event.run_id() else {
+    }
+
+    /// A run accepted: the session's name (from its first message), counts, and the
+    /// run's view, pending.
+    fn queue_run(&mut self, record: &Recorded) {
+        let Event::RunQueued {
+            run_id,
+            agent_id,
+            user_id,
+            input,
+            options,
+        } = &record.event
+        else {
             return;
         };
-        let session = &mut self.session;
-        let Some(run) = self.runs.iter_mut().rev().find(|run| &run.run_id == run_id) else {
-            return;
-        };
-        run.updated_at_us = ts;
-        match &record.event {
-            Event::RunStarted {
-                model,
-                model_provider,
-                ..
-            } => {
-                run.status = RunStatus::Running;
-                run.model = Some(model.clone());
-                run.model_provider = Some(model_provider.clone());
-            }
-            Event::AttemptStarted {
-                attempt,
-                harness_session_id,
-                ..
-            } => {
-                run.attempts = *attempt;
-                if run.harness_session_id.is_none() {
-                    run.harness_session_id = Some(harness_session_id.clone());
-                    run.transcript_start = current_lines;
-                }
-            }
-            Event::RunEventEmitted {
-                event_index, event, ..
-            } => {
-                run.event_count = event_index.0 + 1;
-                apply_run_event(run, event, current_lines, ts);
-            }
-            Event::RunCompleted {
-                content,
-                content_type,
-                metrics,
-                ..
-            } => {
-                run.status = RunStatus::Completed;
-                run.content = content.clone();
-                run.content_type = content_type.clone();
-                run.metrics = Some(metrics.clone());
-                run.transcript_end = current_lines;
-                session.metrics.add(metrics);
-                let day = session.day_mut(date_of_us(run.created_at_us));
-                day.add_completed(
-                    metrics,
-                    run.model.as_deref().unwrap_or_default(),
-                    run.model_provider.as_deref().unwrap_or_default(),
-                );
-            }
-            Event::RunFailed {
-                error_type,
-                message,
-                retryable,
-                ..
-            } => {
-                run.status = RunStatus::Error;
-                run.content = message.clone();
-                run.error = Some((error_type.clone(), message.clone()));
-                run.retryable = *retryable;
-                run.transcript_end = current_lines;
-            }
-            Event::RunCancelled { reason, .. } => {
-                run.status = RunStatus::Cancelled;
-                run.content = reason.clone();
-                run.transcript_end = current_lines;
-            }
-            Event::AttachmentAdded {
-                run_id,
-                name,
-                media_type,
-                sha256,
-                content,
-            } => {
-                if run.attachments.is_empty() {
-                    let entry = (run_id.clone(), run.queued_seq.0);
-                    push_exact(&mut session.attachment_runs, entry);
-                }
-                run.attachments.push(AttachmentView {
-                    name: name.clone(),
-                    media_type: media_type.clone(),
-                    size: content.len() as u64,
-                    sha256: sha256.clone(),
-                });
-            }
-            Event::AttemptFailed {
-                attempt,
-                error_type,
-                retryable,
-                ..
-            } => {
-                run.last_failure = Some((*attempt, error_type.clone(), *retryable));
-            }
-            _ => {}
+        let ts = record.ts_us;
+        let options_json: serde_json::Value = serde_json::from_str(options).unwrap_or_default();
+        if self.session.run_count == 0 {
+            self.session.name = input
+                .lines()
+                .find(|line| !line.trim().is_empty())
+                .map(|line| line.chars().take(50).collect())
+                .unwrap_or_default();
         }
+        self.session.run_count += 1;
+        let previous_run = self.session.last_run.replace(run_id.clone());
+        let day = self.session.day_mut(date_of_us(ts));
+        day.runs += 1;
+        if let Some(user) = user_id
+            && !day.users.contains(user)
+        {
+            push_exact(&mut day.users, user.clone());
+        }
+        self.runs.push(RunView {
+            run_id: run_id.clone(),
+            session_id: self.session_id.clone(),
+            agent_id: agent_id.clone(),
+            user_id: user_id.clone(),
+            status: RunStatus::Pending,
+            input: input.clone(),
+            options: options.clone(),
+            content: String::new(),
+            content_type: "str".into(),
+            tools: Vec::new(),
+            model: None,
+            model_provider: None,
+            metrics: None,
+            error: None,
+            retryable: false,
+            attempts: 0,
+            event_count: 0,
+            queued_seq: record.seq,
+            previous_run,
+            background: options_json["background"].as_bool().unwrap_or(false),
+            last_failure: None,
+            warnings: Vec::new(),
+            fork: serde_json::from_value(options_json["fork"].clone()).ok(),
+            harness_session_id: None,
+            transcript_start: 0,
+            transcript_end: 0,
+            checkpoints: Vec::new(),
+            attachments: Vec::new(),
+            created_at_us: ts,
+            updated_at_us: ts,
+        });
     }
 }
 
@@ -417,5 +341,115 @@ fn apply_run_event(run: &mut RunView, event: &RunEvent, transcript_lines: u32, t
         | RunEvent::Completed { .. }
         | RunEvent::Failed { .. }
         | RunEvent::Cancelled { .. } => {}
+    }
+}
+
+/// What a record changes in its run while the run goes: its start, attempts, events and
+/// failed attempts.
+fn apply_run_progress(run: &mut RunView, record: &Recorded, current_lines: u32) {
+    let ts = record.ts_us;
+    match &record.event {
+        Event::RunStarted {
+            model,
+            model_provider,
+            ..
+        } => {
+            run.status = RunStatus::Running;
+            run.model = Some(model.clone());
+            run.model_provider = Some(model_provider.clone());
+        }
+        Event::AttemptStarted {
+            attempt,
+            harness_session_id,
+            ..
+        } => {
+            run.attempts = *attempt;
+            if run.harness_session_id.is_none() {
+                run.harness_session_id = Some(harness_session_id.clone());
+                run.transcript_start = current_lines;
+            }
+        }
+        Event::RunEventEmitted {
+            event_index, event, ..
+        } => {
+            run.event_count = event_index.0 + 1;
+            apply_run_event(run, event, current_lines, ts);
+        }
+        Event::AttemptFailed {
+            attempt,
+            error_type,
+            retryable,
+            ..
+        } => {
+            run.last_failure = Some((*attempt, error_type.clone(), *retryable));
+        }
+        _ => {}
+    }
+}
+
+/// What a record changes in its run at its end (and its attachments, which the
+/// session lists).
+fn apply_run_end(
+    run: &mut RunView,
+    session: &mut SessionView,
+    record: &Recorded,
+    current_lines: u32,
+) {
+    match &record.event {
+        Event::RunCompleted {
+            content,
+            content_type,
+            metrics,
+            ..
+        } => {
+            run.status = RunStatus::Completed;
+            run.content = content.clone();
+            run.content_type = content_type.clone();
+            run.metrics = Some(metrics.clone());
+            run.transcript_end = current_lines;
+            session.metrics.add(metrics);
+            let day = session.day_mut(date_of_us(run.created_at_us));
+            day.add_completed(
+                metrics,
+                run.model.as_deref().unwrap_or_default(),
+                run.model_provider.as_deref().unwrap_or_default(),
+            );
+        }
+        Event::RunFailed {
+            error_type,
+            message,
+            retryable,
+            ..
+        } => {
+            run.status = RunStatus::Error;
+            run.content = message.clone();
+            run.error = Some((error_type.clone(), message.clone()));
+            run.retryable = *retryable;
+            run.transcript_end = current_lines;
+        }
+        Event::RunCancelled { reason, .. } => {
+            run.status = RunStatus::Cancelled;
+            run.content = reason.clone();
+            run.transcript_end = current_lines;
+        }
+        Event::AttachmentAdded {
+            run_id,
+            name,
+            media_type,
+            sha256,
+            content,
+        } => {
+            if run.attachments.is_empty() {
+                let entry = (run_id.clone(), run.queued_seq.0);
+                push_exact(&mut session.attachment_runs, entry);
+            }
+            run.attachments.push(AttachmentView {
+                name: name.clone(),
+                media_type: media_type.clone(),
+                size: content.len() as u64,
+                sha256: sha256.clone(),
+            });
+        }
+        _ => {}
     }
 }
