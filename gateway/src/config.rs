@@ -374,6 +374,11 @@ impl Config {
                 )));
             }
         }
+        self.check_server_limits()
+    }
+
+    /// The server's bounds and deadlines: each within its range.
+    fn check_server_limits(&self) -> Result<(), ConfigError> {
         let ceiling = turnstile_journal::limits::EVENT_BYTES_CEILING;
         if !(65_536..=ceiling).contains(&self.server.max_event_bytes) {
             return Err(ConfigError::Invalid(format!(

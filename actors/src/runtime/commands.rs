@@ -10,7 +10,7 @@ use actix::prelude::*;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use turnstile_journal::{EventIndex, RunId, SessionId};
-use turnstile_projections::{ForkPoint, RunStatus};
+use turnstile_projections::{ForkPoint, RunStatus, RunView};
 
 use crate::registry::GetSession;
 use crate::session::{CancelRunMsg, CompactMsg, DeleteSessionMsg, SessionActor, StartRunMsg};
@@ -244,46 +244,9 @@ impl Runtime {
         let Some(harness_session_id) = source.harness_session_id.clone() else {
             return refuse("the run never reached its harness");
         };
-        let message_count = source.message_count();
-        let index = match command.continue_from {
-            ContinueFrom::End => message_count,
-            ContinueFrom::LastUser => 1,
-            ContinueFrom::MessageIndex(index) if index <= message_count => index,
-            ContinueFrom::MessageIndex(index) => {
-                return refuse(&format!(
-                    "message index {index} is past the run's {message_count} messages"
-                ));
-            }
-        };
-        let (index, transcript_lines, message) = if index == 0 {
-            let Some(input) = command.input.clone() else {
-                return refuse("continuing from message 0 needs an input");
-            };
-            (0, source.transcript_start, input)
-        } else if index == 1 && command.input.is_none() {
-            // Replay: the turn again, from before its user message.
-            (1, source.transcript_start, source.input.clone())
-        } else {
-            let prompt = command
-                .input
-                .clone()
-                .unwrap_or_else(|| "Continue from where you left off.".to_owned());
-            match source
-                .checkpoints
-                .iter()
-                .find(|checkpoint| checkpoint.message_index >= index)
-            {
-                Some(checkpoint)
-                    if checkpoint.message_index < message_count || index < message_count =>
-                {
-                    (
-                        checkpoint.message_index,
-                        checkpoint.transcript_lines,
-                        prompt,
-                    )
-                }
-                _ => (message_count, source.transcript_end, prompt),
-            }
+        let (index, transcript_lines, message) = match continue_point(&source, &command) {
+            Ok(point) => point,
+            Err(reason) => return refuse(&reason),
         };
         let fork = ForkPoint {
             from_run_id: source.run_id.clone(),
@@ -337,4 +300,50 @@ impl Runtime {
         }
         self.ask_owner(session_id, || DeleteSessionMsg).await
     }
+}
+
+/// Where a continuation of `source` starts: the message index, the transcript lines
+/// kept, and the new turn's message; `Err` says why it cannot.
+fn continue_point(source: &RunView, command: &ContinueRun) -> Result<(u32, u32, String), String> {
+    let message_count = source.message_count();
+    let index = match command.continue_from {
+        ContinueFrom::End => message_count,
+        ContinueFrom::LastUser => 1,
+        ContinueFrom::MessageIndex(index) if index <= message_count => index,
+        ContinueFrom::MessageIndex(index) => {
+            return Err(format!(
+                "message index {index} is past the run's {message_count} messages"
+            ));
+        }
+    };
+    Ok(if index == 0 {
+        let Some(input) = command.input.clone() else {
+            return Err("continuing from message 0 needs an input".to_owned());
+        };
+        (0, source.transcript_start, input)
+    } else if index == 1 && command.input.is_none() {
+        // Replay: the turn again, from before its user message.
+        (1, source.transcript_start, source.input.clone())
+    } else {
+        let prompt = command
+            .input
+            .clone()
+            .unwrap_or_else(|| "Continue from where you left off.".to_owned());
+        match source
+            .checkpoints
+            .iter()
+            .find(|checkpoint| checkpoint.message_index >= index)
+        {
+            Some(checkpoint)
+                if checkpoint.message_index < message_count || index < message_count =>
+            {
+                (
+                    checkpoint.message_index,
+                    checkpoint.transcript_lines,
+                    prompt,
+                )
+            }
+            _ => (message_count, source.transcript_end, prompt),
+        }
+    })
 }

@@ -99,29 +99,7 @@ impl Runtime {
         };
         let recovering = open_runs.len();
         let directory = crate::directory::Directory::load(&journal)?;
-        let shared = Arc::new(Shared {
-            directory,
-            keeper: crate::keeper::Keeper::start(),
-            journal,
-            agents: config
-                .agents
-                .iter()
-                .map(|agent| (agent.id.clone(), agent.clone()))
-                .collect(),
-            live_runs: Mutex::new(HashMap::new()),
-            accepting: AtomicBool::new(true),
-            slots: Arc::new(tokio::sync::Semaphore::new(
-                config.max_concurrent_runs.max(1),
-            )),
-            queued: AtomicUsize::new(0),
-            max_queued_runs: config.max_queued_runs,
-            counters: Default::default(),
-            session_idle_ms: AtomicU64::new(
-                config.session_idle.as_millis().min(u128::from(u64::MAX)) as u64,
-            ),
-            cluster,
-            release_memory: config.release_memory,
-        });
+        let shared = Arc::new(shared_of(&config, journal, directory, cluster));
         let arbiter_count = config.arbiters.max(1);
         let (sender, receiver) = std::sync::mpsc::channel();
         let thread_shared = shared.clone();
@@ -277,5 +255,37 @@ impl Runtime {
         }
         self.journal().close()?;
         Ok(())
+    }
+}
+
+/// What every actor of a runtime opened with `config` shares.
+fn shared_of(
+    config: &RuntimeConfig,
+    journal: Journal,
+    directory: crate::directory::Directory,
+    cluster: bool,
+) -> Shared {
+    Shared {
+        directory,
+        keeper: crate::keeper::Keeper::start(),
+        journal,
+        agents: config
+            .agents
+            .iter()
+            .map(|agent| (agent.id.clone(), agent.clone()))
+            .collect(),
+        live_runs: Mutex::new(HashMap::new()),
+        accepting: AtomicBool::new(true),
+        slots: Arc::new(tokio::sync::Semaphore::new(
+            config.max_concurrent_runs.max(1),
+        )),
+        queued: AtomicUsize::new(0),
+        max_queued_runs: config.max_queued_runs,
+        counters: Default::default(),
+        session_idle_ms: AtomicU64::new(
+            config.session_idle.as_millis().min(u128::from(u64::MAX)) as u64
+        ),
+        cluster,
+        release_memory: config.release_memory,
     }
 }

@@ -100,10 +100,7 @@ impl SessionActor {
             self.start_events(&run, head.resume, &identity, &agent, changed_files);
         let (harness_session_id, transcript) =
             self.harness_session_for(&run, head.resume, &mut events);
-        let output_schema = serde_json::from_str::<serde_json::Value>(&run.options)
-            .ok()
-            .map(|options| options["output_schema"].clone())
-            .filter(|schema| schema.is_object());
+        let output_schema = output_schema_of(&run);
         let fallback_prompt = self.fallback_prompt(&run);
         let task = RunTask {
             identity,
@@ -127,10 +124,7 @@ impl SessionActor {
             next_index,
             slot,
             fallback_prompt,
-            model: {
-                let info = agent.harness.info();
-                (info.model, info.model_provider)
-            },
+            model: model_of(&agent),
             output_schema: output_schema.clone(),
             staging_error: staging.err(),
             // The start goes into the journal with the turn's first events: one sync
@@ -263,4 +257,18 @@ impl SessionActor {
             }
         }
     }
+}
+
+/// The run's output schema, from its options, when it is an object.
+fn output_schema_of(run: &RunView) -> Option<serde_json::Value> {
+    serde_json::from_str::<serde_json::Value>(&run.options)
+        .ok()
+        .map(|options| options["output_schema"].clone())
+        .filter(|schema| schema.is_object())
+}
+
+/// The agent's model and its provider, as its harness names them.
+fn model_of(agent: &AgentSpec) -> (String, String) {
+    let info = agent.harness.info();
+    (info.model, info.model_provider)
 }

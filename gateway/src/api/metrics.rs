@@ -260,29 +260,38 @@ pub async fn prometheus(State(state): State<AppState>) -> Result<Response, ApiEr
         "Sessions that exist but have no actor in memory.",
         &[("", sessions.saturating_sub(active) as f64)],
     );
+    sync_histogram(&mut text, &stats);
+    Ok(([(CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+}
+
+/// The journal's sync-latency histogram in Prometheus's text format.
+fn sync_histogram(text: &mut String, stats: &turnstile_journal::StatsSnapshot) {
     let _ = writeln!(
-        text,
+        *text,
         "# HELP turnstile_journal_sync_seconds Time of each group fdatasync.\n# TYPE turnstile_journal_sync_seconds histogram"
     );
     for (bound, count) in SYNC_BUCKETS_US.iter().zip(&stats.sync_buckets) {
         let _ = writeln!(
-            text,
+            *text,
             "turnstile_journal_sync_seconds_bucket{{le=\"{}\"}} {count}",
             *bound as f64 / 1e6
         );
     }
     let _ = writeln!(
-        text,
+        *text,
         "turnstile_journal_sync_seconds_bucket{{le=\"+Inf\"}} {}",
         stats.syncs
     );
     let _ = writeln!(
-        text,
+        *text,
         "turnstile_journal_sync_seconds_sum {}",
         stats.sync_us_total as f64 / 1e6
     );
-    let _ = writeln!(text, "turnstile_journal_sync_seconds_count {}", stats.syncs);
-    Ok(([(CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+    let _ = writeln!(
+        *text,
+        "turnstile_journal_sync_seconds_count {}",
+        stats.syncs
+    );
 }
 
 #[cfg(test)]

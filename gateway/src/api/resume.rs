@@ -2,7 +2,12 @@
 //! checkpoints, and a continue from one of them (the same run, or a fork).
 
 use super::extract::{Path, Query};
+use super::{AppState, agent_name_of, find_agent, read_fields};
+use crate::api::body::{ContinueRequest, ResumeRequest};
+use crate::api::dto::{Accepted, Checkpoints, RunOutput};
+use crate::api::error::{ApiError, ErrorBody};
 use crate::api::runs::{SessionQuery, bounded, respond_run};
+use crate::api::{dto, sse};
 use crate::wire::events;
 use axum::Json;
 use axum::extract::{Request, State};
@@ -12,14 +17,7 @@ use serde_json::json;
 use turnstile_actors::{AgentSpec, ContinueFrom, ContinueRun, Multitask};
 use turnstile_journal::limits::{MESSAGE_BYTES_MAX, USER_ID_BYTES_MAX};
 use turnstile_journal::{EventIndex, RunId};
-use turnstile_projections::RunView;
-
-use super::{AppState, agent_name_of, find_agent, read_fields};
-use crate::api::body::{ContinueRequest, ResumeRequest};
-use crate::api::dto::{Accepted, Checkpoints, RunOutput};
-use crate::api::error::ApiError;
-use crate::api::error::ErrorBody;
-use crate::api::{dto, sse};
+use turnstile_projections::{RunHead, RunView};
 
 /// Re-attaches to a run's events after `last_event_index` (or `Last-Event-ID`): a meta
 /// frame (`replay` for a finished run; `catch_up` then `subscribed` for a live one),
@@ -47,21 +45,7 @@ pub(super) async fn resume_run(
     let body: ResumeRequest = read_fields(&state, request).await?.typed()?;
     let not_found = || ApiError::NotFound(format!("Run {run_id} not found"));
     let parsed = RunId::parse(&run_id).map_err(|_| not_found())?;
-    let header_index = headers
-        .get("last-event-id")
-        .and_then(|value| value.to_str().ok());
-    let last_event_index = match (body.last_event_index, header_index) {
-        (Some(index), _) => u64::try_from(index).ok().map(EventIndex),
-        (None, None) => None,
-        (None, Some(text)) => {
-            let index: i64 = text.trim().parse().map_err(|_| {
-                ApiError::Unprocessable(format!(
-                    "last_event_index must be an integer, got {text:?}"
-                ))
-            })?;
-            u64::try_from(index).ok().map(EventIndex)
-        }
-    };
+    let last_event_index = last_event_index(body.last_event_index, &headers)?;
     let view = state.runtime.run_head(&parsed)?.ok_or_else(not_found)?;
     let wrong_session = body
         .session_id
@@ -71,49 +55,7 @@ pub(super) async fn resume_run(
         return Err(not_found());
     }
     let events = state.runtime.run_events_of(&view, last_event_index);
-    let requested = last_event_index
-        .map(|index| json!(index.0))
-        .unwrap_or(json!(null));
-    let after = last_event_index.map(|index| index.0 + 1).unwrap_or(0);
-    let missed = view.event_count.saturating_sub(after);
-    let meta = if view.status.is_terminal() {
-        vec![(
-            "replay",
-            json!({
-                "event": "replay",
-                "run_id": view.run_id,
-                "status": view.status.as_str(),
-                "total_events": view.event_count,
-                "last_event_index_requested": requested,
-                "message": format!("Run {}. Replaying {missed} stored events from the journal.", view.status.as_str().to_lowercase()),
-            }),
-        )]
-    } else {
-        vec![
-            (
-                "catch_up",
-                json!({
-                    "event": "catch_up",
-                    "run_id": view.run_id,
-                    "status": view.status.as_str(),
-                    "missed_events": missed,
-                    "current_event_count": view.event_count,
-                    "last_event_index_requested": requested,
-                    "message": format!("Run is {}; sending {missed} missed events.", view.status.as_str().to_lowercase()),
-                }),
-            ),
-            (
-                "subscribed",
-                json!({
-                    "event": "subscribed",
-                    "run_id": view.run_id,
-                    "status": view.status.as_str(),
-                    "current_event_count": view.event_count,
-                    "message": "Subscribed to live events.",
-                }),
-            ),
-        ]
-    };
+    let meta = resume_meta(&view, last_event_index);
     let who = events::Who {
         agent_id: view.agent_id.clone(),
         agent_name: agent_name_of(&state.runtime, &view.agent_id),
@@ -222,4 +164,78 @@ pub(super) async fn continue_run(
         Err(refused) => return Err(refused.into()),
     };
     respond_run(&state, handle, stream, background, (&agent.id, &agent_name)).await
+}
+
+/// The index a re-attach resumes after: the body's `last_event_index`, else the
+/// `Last-Event-ID` header; a negative one means from the start.
+fn last_event_index(
+    from_body: Option<i64>,
+    headers: &HeaderMap,
+) -> Result<Option<EventIndex>, ApiError> {
+    let header_index = headers
+        .get("last-event-id")
+        .and_then(|value| value.to_str().ok());
+    Ok(match (from_body, header_index) {
+        (Some(index), _) => u64::try_from(index).ok().map(EventIndex),
+        (None, None) => None,
+        (None, Some(text)) => {
+            let index: i64 = text.trim().parse().map_err(|_| {
+                ApiError::Unprocessable(format!(
+                    "last_event_index must be an integer, got {text:?}"
+                ))
+            })?;
+            u64::try_from(index).ok().map(EventIndex)
+        }
+    })
+}
+
+/// The frames a re-attach opens with: a replay of an ended run, or a catch-up and a
+/// subscription for a running one.
+fn resume_meta(
+    view: &RunHead,
+    last_event_index: Option<EventIndex>,
+) -> Vec<(&'static str, serde_json::Value)> {
+    let requested = last_event_index
+        .map(|index| json!(index.0))
+        .unwrap_or(json!(null));
+    let after = last_event_index.map(|index| index.0 + 1).unwrap_or(0);
+    let missed = view.event_count.saturating_sub(after);
+    if view.status.is_terminal() {
+        vec![(
+            "replay",
+            json!({
+                "event": "replay",
+                "run_id": view.run_id,
+                "status": view.status.as_str(),
+                "total_events": view.event_count,
+                "last_event_index_requested": requested,
+                "message": format!("Run {}. Replaying {missed} stored events from the journal.", view.status.as_str().to_lowercase()),
+            }),
+        )]
+    } else {
+        vec![
+            (
+                "catch_up",
+                json!({
+                    "event": "catch_up",
+                    "run_id": view.run_id,
+                    "status": view.status.as_str(),
+                    "missed_events": missed,
+                    "current_event_count": view.event_count,
+                    "last_event_index_requested": requested,
+                    "message": format!("Run is {}; sending {missed} missed events.", view.status.as_str().to_lowercase()),
+                }),
+            ),
+            (
+                "subscribed",
+                json!({
+                    "event": "subscribed",
+                    "run_id": view.run_id,
+                    "status": view.status.as_str(),
+                    "current_event_count": view.event_count,
+                    "message": "Subscribed to live events.",
+                }),
+            ),
+        ]
+    }
 }

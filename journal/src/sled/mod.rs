@@ -157,15 +157,7 @@ impl SledJournal {
                 dir.display()
             )));
         }
-        let next_pos = match tree.scan_prefix([LOG]).next_back() {
-            Some(entry) => {
-                let (key, bytes) = entry?;
-                let first_pos = be_u64(&key).unwrap_or(0);
-                let segment = parse_segment(bytes, JournalPos(first_pos))?;
-                first_pos + segment.len() as u64
-            }
-            None => 0,
-        };
+        let next_pos = end_of_log(&tree)?;
         let tail = Arc::new(RwLock::new(rebuild_tail(&tree)?));
         let next_pos = Arc::new(AtomicU64::new(next_pos));
         let (live, _) = broadcast::channel(limits::LIVE_BROADCAST_RECORDS);
@@ -587,4 +579,17 @@ impl Drop for Inner {
             tracing::error!(%error, "journal close failed");
         }
     }
+}
+
+/// The position after the last segment's last record: where the next append goes.
+fn end_of_log(tree: &sled::Tree) -> Result<u64, Error> {
+    Ok(match tree.scan_prefix([LOG]).next_back() {
+        Some(entry) => {
+            let (key, bytes) = entry?;
+            let first_pos = be_u64(&key).unwrap_or(0);
+            let segment = parse_segment(bytes, JournalPos(first_pos))?;
+            first_pos + segment.len() as u64
+        }
+        None => 0,
+    })
 }
