@@ -72,6 +72,46 @@ fn json_text(text: &str, directive: &str) -> Result<String, HarnessError> {
 /// The marker before the current message in a prompt seeded with history.
 const CURRENT_MESSAGE: &str = "\n\nCurrent message:\n";
 
+/// `/fail transient N` or `/fail permanent KIND`.
+fn fail_step(rest: &str) -> Result<Step, HarnessError> {
+    let (mode, arg) = rest.split_once(' ').unwrap_or((rest, ""));
+    match mode {
+        "transient" => {
+            let n = arg
+                .trim()
+                .parse()
+                .map_err(|_| invalid(format!("/fail transient needs a count, got {arg:?}")))?;
+            Ok(Step::FailTransient(n))
+        }
+        "permanent" => {
+            let kind = ErrorKind::from_slug(arg.trim())
+                .filter(|kind| !kind.is_retryable())
+                .ok_or_else(|| invalid(format!("/fail permanent: unknown kind {arg:?}")))?;
+            Ok(Step::FailPermanent(kind))
+        }
+        _ => Err(invalid(format!(
+            "/fail needs transient N or permanent KIND, got {rest:?}"
+        ))),
+    }
+}
+
+/// `/usage IN OUT CACHE_READ COST`.
+fn usage_of(rest: &str) -> Result<(u64, u64, u64, f64), HarnessError> {
+    let numbers: Vec<&str> = rest.split_whitespace().collect();
+    let parsed = match numbers.as_slice() {
+        [i, o, c, cost] => (|| {
+            Some((
+                i.parse().ok()?,
+                o.parse().ok()?,
+                c.parse().ok()?,
+                cost.parse().ok()?,
+            ))
+        })(),
+        _ => None,
+    };
+    parsed.ok_or_else(|| invalid(format!("/usage needs IN OUT CACHE_READ COST, got {rest:?}")))
+}
+
 fn parse(message: &str) -> Result<Script, HarnessError> {
     let mut script = Script::default();
     // In a fresh session seeded with history, earlier messages are quoted: only the
@@ -122,48 +162,9 @@ fn parse(message: &str) -> Result<Script, HarnessError> {
                     .map_err(|_| invalid(format!("/sleep needs milliseconds, got {rest:?}")))?;
                 script.steps.push(Step::Sleep(Duration::from_millis(ms)));
             }
-            "fail" => {
-                let (mode, arg) = rest.split_once(' ').unwrap_or((rest, ""));
-                match mode {
-                    "transient" => {
-                        let n = arg.trim().parse().map_err(|_| {
-                            invalid(format!("/fail transient needs a count, got {arg:?}"))
-                        })?;
-                        script.steps.push(Step::FailTransient(n));
-                    }
-                    "permanent" => {
-                        let kind = ErrorKind::from_slug(arg.trim())
-                            .filter(|kind| !kind.is_retryable())
-                            .ok_or_else(|| {
-                                invalid(format!("/fail permanent: unknown kind {arg:?}"))
-                            })?;
-                        script.steps.push(Step::FailPermanent(kind));
-                    }
-                    _ => {
-                        return Err(invalid(format!(
-                            "/fail needs transient N or permanent KIND, got {rest:?}"
-                        )));
-                    }
-                }
-            }
+            "fail" => script.steps.push(fail_step(rest)?),
             "json" => script.json = Some(rest.to_owned()),
-            "usage" => {
-                let numbers: Vec<&str> = rest.split_whitespace().collect();
-                let parsed = match numbers.as_slice() {
-                    [i, o, c, cost] => (|| {
-                        Some((
-                            i.parse().ok()?,
-                            o.parse().ok()?,
-                            c.parse().ok()?,
-                            cost.parse().ok()?,
-                        ))
-                    })(),
-                    _ => None,
-                };
-                script.usage = Some(parsed.ok_or_else(|| {
-                    invalid(format!("/usage needs IN OUT CACHE_READ COST, got {rest:?}"))
-                })?);
-            }
+            "usage" => script.usage = Some(usage_of(rest)?),
             "history" => script.history = true,
             "compact" => script.compact = true,
             "lost-session" => script.lost_session = true,

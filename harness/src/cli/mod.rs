@@ -317,6 +317,55 @@ impl<D: Dialect> CliHarness<D> {
         end
     }
 
+    /// Takes one step of a stdout line: `Some` when it ends the turn. While a cancel
+    /// is `stopping` the turn, nothing more is shown, and its end stops it.
+    async fn take_step(
+        &self,
+        step: Step,
+        cli: &mut CliProcess,
+        events: &EventSink,
+        state: &mut TurnState,
+        stopping: bool,
+    ) -> Result<Option<TurnEnd>, HarnessError> {
+        let dialect = &*self.dialect;
+        match step {
+            Step::Received => state.received = true,
+            Step::Mirror(until) => {
+                mirror(dialect, cli, events, state, until.as_deref()).await?;
+            }
+            Step::Emit(event) if !stopping => send(events, event).await?,
+            Step::Emit(_) => {}
+            Step::End(_) if stopping => {
+                // The turn stopped as asked: what it wrote is journaled, then
+                // nothing of it is left running.
+                let _ = mirror(dialect, cli, events, state, None).await;
+                cli.kill();
+                return Err(HarnessError::Cancelled);
+            }
+            Step::End(end) => return Ok(Some(TurnEnd::End(end))),
+            Step::Send(line) => {
+                if let Err(error) = write_line(cli, &line).await {
+                    return Ok(Some(TurnEnd::Died(format!(
+                        "cannot write to the CLI: {error}"
+                    ))));
+                }
+            }
+            Step::Session {
+                harness_session_id,
+                transcript,
+            } => {
+                if transcript != cli.transcript.path() {
+                    cli.transcript = TranscriptTail::new(transcript, 0);
+                }
+                cli.harness_session_id = harness_session_id.clone();
+                if !stopping {
+                    send(events, HarnessEvent::SessionStarted { harness_session_id }).await?;
+                }
+            }
+        }
+        Ok(None)
+    }
+
     /// Writes `input` and follows the CLI's output; see [`CliHarness::drive`].
     #[allow(clippy::too_many_arguments)]
     async fn follow(
@@ -384,39 +433,11 @@ impl<D: Dialect> CliHarness<D> {
                 mirrored: &state.mirrored,
             };
             for step in dialect.on_line(&line, turn, memory, context) {
-                match step {
-                    Step::Received => state.received = true,
-                    Step::Mirror(until) => {
-                        mirror(dialect, cli, events, state, until.as_deref()).await?;
-                    }
-                    Step::Emit(event) if stop_by.is_none() => send(events, event).await?,
-                    Step::Emit(_) => {}
-                    Step::End(_) if stop_by.is_some() => {
-                        // The turn stopped as asked: what it wrote is journaled, then
-                        // nothing of it is left running.
-                        let _ = mirror(dialect, cli, events, state, None).await;
-                        cli.kill();
-                        return Err(HarnessError::Cancelled);
-                    }
-                    Step::End(end) => return Ok(TurnEnd::End(end)),
-                    Step::Send(line) => {
-                        if let Err(error) = write_line(cli, &line).await {
-                            return Ok(TurnEnd::Died(format!("cannot write to the CLI: {error}")));
-                        }
-                    }
-                    Step::Session {
-                        harness_session_id,
-                        transcript,
-                    } => {
-                        if transcript != cli.transcript.path() {
-                            cli.transcript = TranscriptTail::new(transcript, 0);
-                        }
-                        cli.harness_session_id = harness_session_id.clone();
-                        if stop_by.is_none() {
-                            send(events, HarnessEvent::SessionStarted { harness_session_id })
-                                .await?;
-                        }
-                    }
+                if let Some(end) = self
+                    .take_step(step, cli, events, state, stop_by.is_some())
+                    .await?
+                {
+                    return Ok(end);
                 }
             }
         }

@@ -384,29 +384,7 @@ fn notification(
             process.thread_total = Some(total);
             Vec::new()
         }
-        "item/agentMessage/delta" => {
-            let item = params["itemId"].as_str().unwrap_or_default().to_owned();
-            let delta = params["delta"].as_str().unwrap_or_default();
-            let mut steps = vec![Step::Received];
-            if turn.streamed.insert(item.clone()) {
-                if turn.shown_text {
-                    steps.push(Step::Emit(HarnessEvent::ContentDelta {
-                        text: "\n\n".into(),
-                    }));
-                }
-                turn.messages.push((item.clone(), String::new(), None));
-            }
-            if let Some((_, text, _)) = turn.messages.iter_mut().find(|(id, ..)| *id == item) {
-                text.push_str(delta);
-            }
-            if !delta.is_empty() {
-                turn.shown_text = true;
-                steps.push(Step::Emit(HarnessEvent::ContentDelta {
-                    text: delta.to_owned(),
-                }));
-            }
-            steps
-        }
+        "item/agentMessage/delta" => message_delta(params, turn),
         "item/reasoning/summaryTextDelta" | "item/reasoning/textDelta" => {
             let delta = params["delta"].as_str().unwrap_or_default();
             if delta.is_empty() {
@@ -448,6 +426,32 @@ fn notification(
         }
         _ => Vec::new(),
     }
+}
+
+/// A delta of an agent message: shown as it comes, a new message set apart from the
+/// last one shown.
+fn message_delta(params: &Value, turn: &mut CodexTurn) -> Vec<Step> {
+    let item = params["itemId"].as_str().unwrap_or_default().to_owned();
+    let delta = params["delta"].as_str().unwrap_or_default();
+    let mut steps = vec![Step::Received];
+    if turn.streamed.insert(item.clone()) {
+        if turn.shown_text {
+            steps.push(Step::Emit(HarnessEvent::ContentDelta {
+                text: "\n\n".into(),
+            }));
+        }
+        turn.messages.push((item.clone(), String::new(), None));
+    }
+    if let Some((_, text, _)) = turn.messages.iter_mut().find(|(id, ..)| *id == item) {
+        text.push_str(delta);
+    }
+    if !delta.is_empty() {
+        turn.shown_text = true;
+        steps.push(Step::Emit(HarnessEvent::ContentDelta {
+            text: delta.to_owned(),
+        }));
+    }
+    steps
 }
 
 fn item_completed(item: &Value, turn: &mut CodexTurn) -> Vec<Step> {

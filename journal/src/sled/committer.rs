@@ -196,23 +196,26 @@ impl Committer {
     }
 
     /// Stages and applies one group; the syncer makes it durable and answers.
+    /// Fail-stop: after a failed write or flush nothing about the store can be
+    /// assumed, so this batch's appenders get the error and every later one is refused.
+    fn fail_stop(&mut self, what: &str, error: sled::Error, answers: Vec<PendingAnswer>) {
+        tracing::error!(%error, "journal {what} failed; refusing further appends");
+        self.stopped = true;
+        self.sync_failed.store(true, Ordering::SeqCst);
+        for (reply, _) in answers {
+            let _ = reply.send(Err(Error::Io(std::io::Error::other(error.to_string()))));
+        }
+    }
+
     pub(super) fn commit(&mut self, requests: &mut Vec<Request>) {
         if self.stopped {
-            for request in requests.drain(..) {
-                let _ = request.reply.send(Err(Error::Stopped));
-            }
-            return;
+            return refuse_all(requests, || Error::Stopped);
         }
         let bytes: usize = requests.iter().map(Request::bytes).sum();
         if let Err(error) = storage_gate(&self.dir, bytes as u64) {
             // Nothing written: the journal goes on once the disk can take it.
-            let detail = error.to_string();
-            for request in requests.drain(..) {
-                let _ = request.reply.send(Err(Error::Unavailable(
-                    error.unavailable().unwrap_or_else(|| detail.clone()),
-                )));
-            }
-            return;
+            let detail = error.unavailable().unwrap_or_else(|| error.to_string());
+            return refuse_all(requests, || Error::Unavailable(detail.clone()));
         }
         let ts_us = now_us();
         let mut batch = sled::Batch::default();
@@ -256,14 +259,7 @@ impl Committer {
             drop(records);
             index_written = self.add_runs(&manifest, start_pos, &mut batch);
             if let Err(error) = self.tree.apply_batch(batch) {
-                // Fail-stop: after a failed write nothing about the store can be assumed.
-                tracing::error!(%error, "journal write failed; refusing further appends");
-                self.stopped = true;
-                self.sync_failed.store(true, Ordering::SeqCst);
-                for (reply, _) in answers {
-                    let _ = reply.send(Err(Error::Io(std::io::Error::other(error.to_string()))));
-                }
-                return;
+                return self.fail_stop("write", error, answers);
             }
             apply_counts(&self.agent_run_counts, &self.staged_runs.counts);
         }
@@ -276,13 +272,7 @@ impl Committer {
         if self.next_pos != start_pos
             && let Err(error) = self.syncer_db.flush()
         {
-            tracing::error!(%error, "journal flush failed; refusing further appends");
-            self.stopped = true;
-            self.sync_failed.store(true, Ordering::SeqCst);
-            for (reply, _) in answers {
-                let _ = reply.send(Err(Error::Io(std::io::Error::other(error.to_string()))));
-            }
-            return;
+            return self.fail_stop("flush", error, answers);
         }
         let job = SyncJob {
             answers,
@@ -407,5 +397,12 @@ impl Committer {
         self.next_pos = pos;
         self.heads.insert(session_id.clone(), head);
         Ok(Ok(recorded))
+    }
+}
+
+/// Answers every request with an error: nothing of them was written.
+fn refuse_all(requests: &mut Vec<Request>, error: impl Fn() -> Error) {
+    for request in requests.drain(..) {
+        let _ = request.reply.send(Err(error()));
     }
 }

@@ -147,34 +147,7 @@ pub(crate) fn index_event(
                     session_value(agent_id, user_id, ts_us),
                 );
             }
-            IndexChange::SessionDeleted => {
-                batch.remove(session_key(session_id));
-                // The session's runs leave its agent's list and the session's own (a
-                // session id used again begins with no runs).
-                let mut runs: Vec<RunId> = tree
-                    .scan_prefix(session_runs_prefix(session_id))
-                    .filter_map(Result::ok)
-                    .filter_map(|(_, value)| stored_id(&value).ok())
-                    .collect();
-                runs.extend(
-                    staged
-                        .runs
-                        .iter()
-                        .filter(|(_, entry)| &entry.session_id == session_id)
-                        .map(|(run_id, _)| run_id.clone()),
-                );
-                for run_id in runs {
-                    if let Some(entry) = run_entry(tree, staged, &run_id) {
-                        if let Some(status) = indexed_status(tree, staged, &run_id, &entry) {
-                            staged.counts.push((entry.agent_id.clone(), status, -1));
-                        }
-                        // Gone from the index, also for the rest of this batch.
-                        staged.statuses.insert(run_id.clone(), GONE);
-                        batch.remove(agent_runs_key(&entry.agent_id, entry.pos));
-                        batch.remove(session_runs_key(session_id, entry.seq));
-                    }
-                }
-            }
+            IndexChange::SessionDeleted => unindex_session(tree, batch, staged, session_id),
             IndexChange::KeyBound { key, run_id } => {
                 batch.insert(idempotency_key(key), run_id.as_str().as_bytes());
             }
@@ -199,6 +172,42 @@ pub(crate) fn index_event(
                     );
                 }
             }
+        }
+    }
+}
+
+/// A session deleted: it leaves the session index, and its runs leave its agent's list
+/// and the session's own (a session id used again begins with no runs).
+fn unindex_session(
+    tree: &sled::Tree,
+    batch: &mut sled::Batch,
+    staged: &mut StagedRuns,
+    session_id: &SessionId,
+) {
+    batch.remove(session_key(session_id));
+    // The session's runs leave its agent's list and the session's own (a
+    // session id used again begins with no runs).
+    let mut runs: Vec<RunId> = tree
+        .scan_prefix(session_runs_prefix(session_id))
+        .filter_map(Result::ok)
+        .filter_map(|(_, value)| stored_id(&value).ok())
+        .collect();
+    runs.extend(
+        staged
+            .runs
+            .iter()
+            .filter(|(_, entry)| &entry.session_id == session_id)
+            .map(|(run_id, _)| run_id.clone()),
+    );
+    for run_id in runs {
+        if let Some(entry) = run_entry(tree, staged, &run_id) {
+            if let Some(status) = indexed_status(tree, staged, &run_id, &entry) {
+                staged.counts.push((entry.agent_id.clone(), status, -1));
+            }
+            // Gone from the index, also for the rest of this batch.
+            staged.statuses.insert(run_id.clone(), GONE);
+            batch.remove(agent_runs_key(&entry.agent_id, entry.pos));
+            batch.remove(session_runs_key(session_id, entry.seq));
         }
     }
 }
