@@ -336,39 +336,7 @@ impl Follower {
             return;
         };
         let tracer = &self.tracer;
-        let mut attributes = vec![
-            KeyValue::new("turnstile.run_id", run_id.clone()),
-            KeyValue::new("turnstile.session_id", run.session_id.clone()),
-            KeyValue::new("turnstile.agent_id", run.agent_id.clone()),
-            KeyValue::new("turnstile.status", status.to_owned()),
-            KeyValue::new("turnstile.attempts", run.attempts.len() as i64),
-            KeyValue::new("gen_ai.request.model", run.model.clone()),
-            KeyValue::new("gen_ai.provider.name", run.provider.clone()),
-        ];
-        if let Some(user) = &run.user_id {
-            attributes.push(KeyValue::new("turnstile.user_id", user.clone()));
-        }
-        if let Some(from) = &run.forked_from {
-            attributes.push(KeyValue::new("turnstile.forked_from_run_id", from.clone()));
-        }
-        if let Some(usage) = &run.usage {
-            for (key, name) in [
-                ("input_tokens", "gen_ai.usage.input_tokens"),
-                ("output_tokens", "gen_ai.usage.output_tokens"),
-                ("cache_read_tokens", "gen_ai.usage.cache_read_tokens"),
-                ("total_tokens", "turnstile.usage.total_tokens"),
-            ] {
-                if let Some(value) = usage[key].as_i64() {
-                    attributes.push(KeyValue::new(name, value));
-                }
-            }
-            if let Some(cost) = usage["cost"].as_f64() {
-                attributes.push(KeyValue::new("turnstile.usage.cost_usd", cost));
-            }
-        }
-        if let Some((class, _)) = &error {
-            attributes.push(KeyValue::new("error.type", class.clone()));
-        }
+        let attributes = run_attributes(&run_id, &run, status, error.as_ref());
         let mut span = tracer
             .span_builder("run")
             .with_kind(SpanKind::Internal)
@@ -438,6 +406,49 @@ impl Follower {
         }
         run_cx.span().end_with_timestamp(at(end_us));
     }
+}
+
+/// A run span's attributes: its identity, status, model, usage and error class.
+fn run_attributes(
+    run_id: &str,
+    run: &OpenRun,
+    status: &str,
+    error: Option<&(String, String)>,
+) -> Vec<KeyValue> {
+    let mut attributes = vec![
+        KeyValue::new("turnstile.run_id", run_id.to_owned()),
+        KeyValue::new("turnstile.session_id", run.session_id.clone()),
+        KeyValue::new("turnstile.agent_id", run.agent_id.clone()),
+        KeyValue::new("turnstile.status", status.to_owned()),
+        KeyValue::new("turnstile.attempts", run.attempts.len() as i64),
+        KeyValue::new("gen_ai.request.model", run.model.clone()),
+        KeyValue::new("gen_ai.provider.name", run.provider.clone()),
+    ];
+    if let Some(user) = &run.user_id {
+        attributes.push(KeyValue::new("turnstile.user_id", user.clone()));
+    }
+    if let Some(from) = &run.forked_from {
+        attributes.push(KeyValue::new("turnstile.forked_from_run_id", from.clone()));
+    }
+    if let Some(usage) = &run.usage {
+        for (key, name) in [
+            ("input_tokens", "gen_ai.usage.input_tokens"),
+            ("output_tokens", "gen_ai.usage.output_tokens"),
+            ("cache_read_tokens", "gen_ai.usage.cache_read_tokens"),
+            ("total_tokens", "turnstile.usage.total_tokens"),
+        ] {
+            if let Some(value) = usage[key].as_i64() {
+                attributes.push(KeyValue::new(name, value));
+            }
+        }
+        if let Some(cost) = usage["cost"].as_f64() {
+            attributes.push(KeyValue::new("turnstile.usage.cost_usd", cost));
+        }
+    }
+    if let Some((class, _)) = error {
+        attributes.push(KeyValue::new("error.type", class.clone()));
+    }
+    attributes
 }
 
 #[cfg(test)]

@@ -17,6 +17,44 @@ use crate::session::{CancelRunMsg, CompactMsg, DeleteSessionMsg, SessionActor, S
 use crate::stream::RunEvents;
 
 impl Runtime {
+    /// A turn for a session another replica owns: refused as busy there, handed to the
+    /// owner to enqueue, or asked again (`None`) while the owner gives the session back;
+    /// past `deadline` the owner is silent.
+    async fn start_elsewhere(
+        &self,
+        command: &StartRun,
+        session_id: &SessionId,
+        owner: String,
+        busy: Option<RunId>,
+        deadline: Instant,
+    ) -> Result<Option<Result<RunHandle, Refused>>, RuntimeError> {
+        match (command.multitask, busy) {
+            // The same refusal as on the owner: one turn at a time.
+            (Multitask::Reject, Some(run_id)) => {
+                return Ok(Some(Err(Refused::Busy {
+                    session_id: session_id.clone(),
+                    run_id,
+                })));
+            }
+            (Multitask::Enqueue, _) => {
+                if let Some(forwarded) = self.forward_start(session_id, &owner, command).await? {
+                    return Ok(Some(forwarded));
+                }
+            }
+            // Idle on its owner, which is giving it back: ask again.
+            (Multitask::Reject, None) => {}
+        }
+        if Instant::now() >= deadline {
+            return Err(RuntimeError::OwnerSilent {
+                session_id: session_id.clone(),
+                owner,
+                detail: ", which does not take the turn",
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        Ok(None)
+    }
+
     /// Accepts a run: returns once `RunQueued` is in the journal. The run starts when
     /// its session is free and a worker slot is; with [`Multitask::Reject`](crate::Multitask::Reject) a busy
     /// session refuses at once with the id of the run it is busy with.
@@ -32,18 +70,8 @@ impl Runtime {
                 agent_id: command.agent_id,
             }));
         }
-        let mut names = std::collections::HashSet::new();
-        for attachment in &command.attachments {
-            if let Err(error) = crate::uploads::check_name(&attachment.name) {
-                return Ok(Err(Refused::InvalidInput {
-                    reason: error.to_string(),
-                }));
-            }
-            if !names.insert(attachment.name.as_str()) {
-                return Ok(Err(Refused::InvalidInput {
-                    reason: format!("two attachments are named {:?}", attachment.name),
-                }));
-            }
+        if let Err(refused) = check_attachments(&command) {
+            return Ok(Err(refused));
         }
         let runtime = self.clone();
         tokio::spawn(async move {
@@ -86,29 +114,12 @@ impl Runtime {
                     Ok(Ok(accepted)) => break accepted,
                     Ok(Err(refused)) => return Ok(Err(refused)),
                     Err(RuntimeError::Elsewhere { owner, busy, .. }) => {
-                        match (command.multitask, busy) {
-                            // The same refusal as on the owner: one turn at a time.
-                            (Multitask::Reject, Some(run_id)) => {
-                                return Ok(Err(Refused::Busy { session_id, run_id }));
-                            }
-                            (Multitask::Enqueue, _) => {
-                                if let Some(forwarded) =
-                                    runtime.forward_start(&session_id, &owner, &command).await?
-                                {
-                                    return Ok(forwarded);
-                                }
-                            }
-                            // Idle on its owner, which is giving it back: ask again.
-                            (Multitask::Reject, None) => {}
+                        if let Some(answer) = runtime
+                            .start_elsewhere(&command, &session_id, owner, busy, deadline)
+                            .await?
+                        {
+                            return Ok(answer);
                         }
-                        if Instant::now() >= deadline {
-                            return Err(RuntimeError::OwnerSilent {
-                                session_id: session_id.clone(),
-                                owner,
-                                detail: ", which does not take the turn",
-                            });
-                        }
-                        tokio::time::sleep(Duration::from_millis(5)).await;
                     }
                     Err(error) => return Err(error),
                 }
@@ -346,4 +357,22 @@ fn continue_point(source: &RunView, command: &ContinueRun) -> Result<(u32, u32, 
             _ => (message_count, source.transcript_end, prompt),
         }
     })
+}
+
+/// Attachments' names: plain file names, none twice.
+fn check_attachments(command: &StartRun) -> Result<(), Refused> {
+    let mut names = std::collections::HashSet::new();
+    for attachment in &command.attachments {
+        if let Err(error) = crate::uploads::check_name(&attachment.name) {
+            return Err(Refused::InvalidInput {
+                reason: error.to_string(),
+            });
+        }
+        if !names.insert(attachment.name.as_str()) {
+            return Err(Refused::InvalidInput {
+                reason: format!("two attachments are named {:?}", attachment.name),
+            });
+        }
+    }
+    Ok(())
 }

@@ -126,21 +126,7 @@ pub(super) async fn create_run(
         .transpose()?;
     let user_id = bounded("user_id", body.user_id, USER_ID_BYTES_MAX)?;
     // Every malformed field is 422 before any well-formed but unsupported one is 400.
-    let mut unsupported = None;
-    for (kind, value) in [("audio", &body.audio), ("videos", &body.videos)] {
-        let Some(value) = value else {
-            continue;
-        };
-        let items = value
-            .as_array()
-            .filter(|items| items.iter().all(serde_json::Value::is_object))
-            .ok_or_else(|| {
-                ApiError::Unprocessable(format!("{kind} must be a JSON array of objects"))
-            })?;
-        if !items.is_empty() && unsupported.is_none() {
-            unsupported = Some(kind);
-        }
-    }
+    let unsupported = unsupported_media(body.audio.as_ref(), body.videos.as_ref())?;
     let output_schema = output_schema(body.output_schema)?;
     let attachments = attachments::parse(&fields)?;
     if let Some(kind) = unsupported {
@@ -153,26 +139,7 @@ pub(super) async fn create_run(
         None | Some(MultitaskStrategy::Reject) if !background => Multitask::Reject,
         _ => Multitask::Enqueue,
     };
-    let idempotency_key = match headers.get("idempotency-key") {
-        None => None,
-        Some(value) => {
-            let key = value
-                .to_str()
-                .ok()
-                .filter(|key| !key.is_empty() && key.len() <= IDEMPOTENCY_KEY_BYTES_MAX)
-                .ok_or_else(|| {
-                    ApiError::BadRequest(format!(
-                        "Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_BYTES_MAX} visible ASCII characters"
-                    ))
-                })?;
-            // Keys are scoped like agno's unique index: per agent and user.
-            Some(format!(
-                "{}\u{1f}{}\u{1f}{key}",
-                agent.id,
-                user_id.as_deref().unwrap_or("")
-            ))
-        }
-    };
+    let idempotency_key = idempotency_key(&headers, &agent.id, user_id.as_deref())?;
     let command = StartRun {
         agent_id: agent.id.clone(),
         session_id,
@@ -208,6 +175,59 @@ pub(super) async fn create_run(
         Err(refused) => return Err(refused.into()),
     };
     respond_run(&state, handle, stream, background, (&agent.id, &agent_name)).await
+}
+
+/// The first of `audio` and `videos` that holds items (which this harness does not
+/// take); `Err` when one is not a JSON array of objects.
+fn unsupported_media(
+    audio: Option<&serde_json::Value>,
+    videos: Option<&serde_json::Value>,
+) -> Result<Option<&'static str>, ApiError> {
+    let mut unsupported = None;
+    for (kind, value) in [("audio", audio), ("videos", videos)] {
+        let Some(value) = value else {
+            continue;
+        };
+        let items = value
+            .as_array()
+            .filter(|items| items.iter().all(serde_json::Value::is_object))
+            .ok_or_else(|| {
+                ApiError::Unprocessable(format!("{kind} must be a JSON array of objects"))
+            })?;
+        if !items.is_empty() && unsupported.is_none() {
+            unsupported = Some(kind);
+        }
+    }
+    Ok(unsupported)
+}
+
+/// The run's idempotency key from its header, scoped like agno's unique index: per
+/// agent and user.
+fn idempotency_key(
+    headers: &HeaderMap,
+    agent_id: &str,
+    user_id: Option<&str>,
+) -> Result<Option<String>, ApiError> {
+    Ok(match headers.get("idempotency-key") {
+        None => None,
+        Some(value) => {
+            let key = value
+                .to_str()
+                .ok()
+                .filter(|key| !key.is_empty() && key.len() <= IDEMPOTENCY_KEY_BYTES_MAX)
+                .ok_or_else(|| {
+                    ApiError::BadRequest(format!(
+                        "Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_BYTES_MAX} visible ASCII characters"
+                    ))
+                })?;
+            // Keys are scoped like agno's unique index: per agent and user.
+            Some(format!(
+                "{}\u{1f}{}\u{1f}{key}",
+                agent_id,
+                user_id.unwrap_or("")
+            ))
+        }
+    })
 }
 
 /// The answer to an accepted run: a stream, a 202, or the finished run.

@@ -193,22 +193,7 @@ impl PgJournal {
         let handle = runtime.handle().clone();
         let listen_config = config.clone();
         let (touched_sender, touched) = mpsc::unbounded_channel();
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(options.pool_size.max(2))
-            // A database away answers within a request's time, never a hang.
-            .wait_timeout(Some(Duration::from_millis(limits::POSTGRES_WAIT_MS)))
-            .create_timeout(Some(Duration::from_millis(limits::POSTGRES_WAIT_MS)))
-            .recycle_timeout(Some(Duration::from_millis(limits::POSTGRES_WAIT_MS)))
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .build()
-            .map_err(|error| Error::Store(format!("PostgreSQL connection pool: {error}")))?;
+        let pool = pool_of(config, options.pool_size)?;
         let url = redacted(&options.url);
         let replica_id = uuid::Uuid::now_v7().to_string();
         let next_pos = {
@@ -217,27 +202,7 @@ impl PgJournal {
             let replica_id = replica_id.clone();
             let name = options.replica_name.clone();
             let lease = options.lease;
-            block_on(&handle, async move {
-                let client = pool.get().await.map_err(|error| match Error::from(error) {
-                    Error::Store(reason) => {
-                        Error::Store(format!("cannot connect to {url}: {reason}"))
-                    }
-                    other => other,
-                })?;
-                migrate(&client).await?;
-                let row = client.query_one("SHOW synchronous_commit", &[]).await?;
-                let setting: String = row.get(0);
-                if setting == "off" {
-                    return Err(Error::Store(format!(
-                        "{url} has synchronous_commit = off: a commit would be acknowledged before it is durable"
-                    )));
-                }
-                register(&client, &replica_id, &name, lease).await?;
-                let row = client
-                    .query_one("SELECT next_pos FROM turnstile.positions", &[])
-                    .await?;
-                Ok(row.get::<_, i64>(0) as u64)
-            })?
+            block_on(&handle, start_up(pool, url, replica_id, name, lease))?
         };
         let (live, _) = broadcast::channel(limits::LIVE_BROADCAST_RECORDS);
         let inner = Arc::new(Inner {
@@ -498,6 +463,56 @@ impl Drop for Inner {
                 .spawn(move || runtime.shutdown_timeout(Duration::from_secs(5)));
         }
     }
+}
+
+/// The connection pool: bounded waits, so a database away answers within a
+/// request's time, never a hang.
+fn pool_of(config: tokio_postgres::Config, pool_size: usize) -> Result<Pool, Error> {
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(pool_size.max(2))
+        // A database away answers within a request's time, never a hang.
+        .wait_timeout(Some(Duration::from_millis(limits::POSTGRES_WAIT_MS)))
+        .create_timeout(Some(Duration::from_millis(limits::POSTGRES_WAIT_MS)))
+        .recycle_timeout(Some(Duration::from_millis(limits::POSTGRES_WAIT_MS)))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+        .map_err(|error| Error::Store(format!("PostgreSQL connection pool: {error}")))
+}
+
+/// What opening does on the database: connects, migrates the schema, refuses a
+/// server that acknowledges commits before they are durable, registers this replica,
+/// and reads the next position.
+async fn start_up(
+    pool: Pool,
+    url: String,
+    replica_id: String,
+    name: String,
+    lease: Duration,
+) -> Result<u64, Error> {
+    let client = pool.get().await.map_err(|error| match Error::from(error) {
+        Error::Store(reason) => Error::Store(format!("cannot connect to {url}: {reason}")),
+        other => other,
+    })?;
+    migrate(&client).await?;
+    let row = client.query_one("SHOW synchronous_commit", &[]).await?;
+    let setting: String = row.get(0);
+    if setting == "off" {
+        return Err(Error::Store(format!(
+            "{url} has synchronous_commit = off: a commit would be acknowledged before it is durable"
+        )));
+    }
+    register(&client, &replica_id, &name, lease).await?;
+    let row = client
+        .query_one("SELECT next_pos FROM turnstile.positions", &[])
+        .await?;
+    Ok(row.get::<_, i64>(0) as u64)
 }
 
 /// Runs `future` on the backend's runtime and waits for it on a plain channel. Called

@@ -207,15 +207,26 @@ impl Committer {
         }
     }
 
-    pub(super) fn commit(&mut self, requests: &mut Vec<Request>) {
+    /// Whether the batch may be written: not after a failure (fail-stop), and not
+    /// while the disk cannot take it (nothing written: the journal goes on once it can).
+    /// Refused requests are answered here.
+    fn admit(&mut self, requests: &mut Vec<Request>) -> bool {
         if self.stopped {
-            return refuse_all(requests, || Error::Stopped);
+            refuse_all(requests, || Error::Stopped);
+            return false;
         }
         let bytes: usize = requests.iter().map(Request::bytes).sum();
         if let Err(error) = storage_gate(&self.dir, bytes as u64) {
-            // Nothing written: the journal goes on once the disk can take it.
             let detail = error.unavailable().unwrap_or_else(|| error.to_string());
-            return refuse_all(requests, || Error::Unavailable(detail.clone()));
+            refuse_all(requests, || Error::Unavailable(detail.clone()));
+            return false;
+        }
+        true
+    }
+
+    pub(super) fn commit(&mut self, requests: &mut Vec<Request>) {
+        if !self.admit(requests) {
+            return;
         }
         let ts_us = now_us();
         let mut batch = sled::Batch::default();
