@@ -13,10 +13,30 @@ use turnstile_journal::{EventIndex, RunId, SessionId};
 use turnstile_projections::{ForkPoint, RunStatus, RunView};
 
 use crate::registry::GetSession;
-use crate::session::{CancelRunMsg, CompactMsg, DeleteSessionMsg, SessionActor, StartRunMsg};
+use crate::session::{
+    Accepted, CancelRunMsg, CompactMsg, DeleteSessionMsg, SessionActor, StartRunMsg,
+};
 use crate::stream::RunEvents;
 
 impl Runtime {
+    /// The handle on a run its session's actor accepted, its events from index 0.
+    fn accepted_handle(&self, session_id: SessionId, accepted: Accepted) -> RunHandle {
+        RunHandle {
+            events: RunEvents::new(
+                self.journal().clone(),
+                session_id.clone(),
+                accepted.run_id.clone(),
+                accepted.from_seq,
+                Some(accepted.live),
+                EventIndex(0),
+            ),
+            run_id: accepted.run_id,
+            session_id,
+            reused: false,
+            runtime: self.clone(),
+        }
+    }
+
     /// A turn for a session another replica owns: refused as busy there, handed to the
     /// owner to enqueue, or asked again (`None`) while the owner gives the session back;
     /// past `deadline` the owner is silent.
@@ -124,20 +144,7 @@ impl Runtime {
                     Err(error) => return Err(error),
                 }
             };
-            Ok(Ok(RunHandle {
-                events: RunEvents::new(
-                    runtime.journal().clone(),
-                    session_id.clone(),
-                    accepted.run_id.clone(),
-                    accepted.from_seq,
-                    Some(accepted.live),
-                    EventIndex(0),
-                ),
-                run_id: accepted.run_id,
-                session_id,
-                reused: false,
-                runtime: runtime.clone(),
-            }))
+            Ok(Ok(runtime.accepted_handle(session_id, accepted)))
         })
         .await
         .map_err(RuntimeError::from)?
