@@ -3,18 +3,18 @@
 //! session that another replica owns, handed to that owner and answered.
 
 use crate::api::{Refused, RuntimeError, StartRun};
+use crate::registry::{FenceAll, WakeSession};
 use crate::runtime::Inner;
+use crate::runtime::replica::{ReplicaCommand, ReplicaReply, refusal_of, refusal_text};
+use crate::session::SessionActor;
+use crate::stream::RunEvents;
 use crate::{RunHandle, Runtime};
 use actix::prelude::*;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use turnstile_journal::limits::{CLAIM_EVERY_MS, COMMANDS_EVERY_MS, ELSEWHERE_WAIT_MS};
-use turnstile_journal::{EventIndex, RunId, Seq, SessionId};
-
-use crate::registry::{FenceAll, WakeSession};
-use crate::session::SessionActor;
-use crate::stream::RunEvents;
+use turnstile_journal::{EventIndex, Seq, SessionId};
 
 impl Runtime {
     /// On a shared journal, a thread of this replica's own: it carries out the commands
@@ -101,30 +101,15 @@ impl Runtime {
         owner: &str,
         command: &StartRun,
     ) -> Result<Option<Result<RunHandle, Refused>>, RuntimeError> {
-        let body = serde_json::to_string(command)
-            .map_err(|error| RuntimeError::Internal(error.to_string()))?;
-        let journal = self.journal().clone();
-        let id = {
-            let (session_id, owner) = (session_id.clone(), owner.to_owned());
-            tokio::task::spawn_blocking(move || {
-                journal.send_command(&session_id, &owner, "enqueue", body)
-            })
-            .await
-            .map_err(RuntimeError::from)??
+        let command = ReplicaCommand::Enqueue(Box::new(command.clone()));
+        let (run_id, from_seq) = match self.ask_replica(session_id, owner, command).await? {
+            None => return Ok(None),
+            Some(ReplicaReply::Refused { refused }) => {
+                return Ok(Some(Err(refusal_of(&refused, session_id))));
+            }
+            Some(ReplicaReply::Started { run_id, from_seq }) => (run_id, Seq(from_seq)),
+            Some(other) => return Err(RuntimeError::ReplicaReply(other.to_wire())),
         };
-        let Some(reply) = self.journal().command_reply(id, ELSEWHERE_WAIT).await? else {
-            return Ok(None);
-        };
-        let reply: serde_json::Value = serde_json::from_str(&reply)
-            .map_err(|error| RuntimeError::ReplicaReply(error.to_string()))?;
-        if let Some(refused) = reply.get("refused").and_then(|r| r.as_str()) {
-            return Ok(Some(Err(refused_from_reply(refused, session_id))));
-        }
-        let run_id: RunId = reply["run_id"]
-            .as_str()
-            .and_then(|id| id.parse().ok())
-            .ok_or_else(|| RuntimeError::ReplicaReply(reply.to_string()))?;
-        let from_seq = Seq(reply["from_seq"].as_u64().unwrap_or(0));
         Ok(Some(Ok(RunHandle {
             events: RunEvents::new(
                 self.journal().clone(),
@@ -144,44 +129,31 @@ impl Runtime {
     /// Carries out a command another replica left for a session this one owns, and
     /// answers it.
     pub(super) async fn serve_command(&self, command: turnstile_journal::Command) -> String {
-        match command.kind.as_str() {
-            "cancel" => {
-                let cancelled = match command.body.parse::<RunId>() {
-                    Ok(run_id) => self.cancel_run(&run_id).await.unwrap_or(false),
-                    Err(_) => false,
-                };
-                serde_json::json!({ "cancelled": cancelled }).to_string()
-            }
-            "enqueue" => {
-                let start: StartRun = match serde_json::from_str(&command.body) {
-                    Ok(start) => start,
-                    Err(error) => {
-                        return serde_json::json!({ "refused": format!("internal: {error}") })
-                            .to_string();
-                    }
-                };
-                match self.start_run(start).await {
-                    Ok(Ok(handle)) => {
-                        let from_seq = self
-                            .run_view(&handle.run_id)
-                            .ok()
-                            .flatten()
-                            .map(|view| view.queued_seq.0)
-                            .unwrap_or(0);
-                        serde_json::json!({ "run_id": handle.run_id, "from_seq": from_seq })
-                            .to_string()
-                    }
-                    Ok(Err(refused)) => {
-                        serde_json::json!({ "refused": refused_to_reply(&refused) }).to_string()
-                    }
-                    Err(error) => {
-                        serde_json::json!({ "refused": format!("internal: {error}") }).to_string()
-                    }
-                }
-            }
-            other => serde_json::json!({ "refused": format!("internal: unknown command {other}") })
-                .to_string(),
-        }
+        let refused = |reason: String| ReplicaReply::Refused {
+            refused: format!("internal: {reason}"),
+        };
+        let reply = match ReplicaCommand::read(&command) {
+            Err(reason) => refused(reason),
+            Ok(ReplicaCommand::Cancel(run_id)) => ReplicaReply::Cancelled {
+                cancelled: self.cancel_run(&run_id).await.unwrap_or(false),
+            },
+            Ok(ReplicaCommand::Enqueue(start)) => match self.start_run(*start).await {
+                Ok(Ok(handle)) => ReplicaReply::Started {
+                    from_seq: self
+                        .run_view(&handle.run_id)
+                        .ok()
+                        .flatten()
+                        .map(|view| view.queued_seq.0)
+                        .unwrap_or(0),
+                    run_id: handle.run_id,
+                },
+                Ok(Err(refusal)) => ReplicaReply::Refused {
+                    refused: refusal_text(&refusal),
+                },
+                Err(error) => refused(error.to_string()),
+            },
+        };
+        reply.to_wire()
     }
 
     /// Sends a command that must run on the session's owner: on a shared journal a
@@ -267,30 +239,3 @@ pub(super) const ELSEWHERE_WAIT: Duration = Duration::from_millis(ELSEWHERE_WAIT
 pub(super) const COMMANDS_EVERY: Duration = Duration::from_millis(COMMANDS_EVERY_MS);
 
 pub(super) const CLAIM_EVERY: Duration = Duration::from_millis(CLAIM_EVERY_MS);
-
-/// A refusal as a replica's reply carries it.
-pub(super) fn refused_to_reply(refused: &Refused) -> String {
-    match refused {
-        Refused::QueueFull { limit } => format!("queue_full:{limit}"),
-        Refused::ShuttingDown => "shutting_down".into(),
-        other => format!("other:{other}"),
-    }
-}
-
-/// A replica's refusal, back as a [`Refused`].
-pub(super) fn refused_from_reply(reply: &str, session_id: &SessionId) -> Refused {
-    if let Some(limit) = reply.strip_prefix("queue_full:") {
-        return Refused::QueueFull {
-            limit: limit.parse().unwrap_or(0),
-        };
-    }
-    if reply == "shutting_down" {
-        return Refused::ShuttingDown;
-    }
-    Refused::InvalidInput {
-        reason: format!(
-            "session {session_id}: {}",
-            reply.strip_prefix("other:").unwrap_or(reply)
-        ),
-    }
-}

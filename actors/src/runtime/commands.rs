@@ -5,6 +5,7 @@ use crate::api::{
     CompactOutcome, ContinueFrom, ContinueRun, Multitask, Refused, RuntimeError, StartRun,
 };
 use crate::runtime::cluster::ELSEWHERE_WAIT;
+use crate::runtime::replica::{ReplicaCommand, ReplicaReply};
 use crate::{RunHandle, Runtime};
 use actix::prelude::*;
 use std::sync::atomic::Ordering;
@@ -192,17 +193,11 @@ impl Runtime {
             match answer {
                 Ok(cancelled) => return Ok(cancelled),
                 Err(RuntimeError::Elsewhere { owner, .. }) => {
-                    let journal = self.journal().clone();
-                    let (session, run) = (session_id.clone(), run_id.to_string());
-                    let id = tokio::task::spawn_blocking(move || {
-                        journal.send_command(&session, &owner, "cancel", run)
-                    })
-                    .await
-                    .map_err(RuntimeError::from)??;
-                    if let Some(reply) = self.journal().command_reply(id, ELSEWHERE_WAIT).await? {
-                        let reply: serde_json::Value =
-                            serde_json::from_str(&reply).unwrap_or_default();
-                        return Ok(reply["cancelled"].as_bool().unwrap_or(false));
+                    let command = ReplicaCommand::Cancel(run_id.clone());
+                    match self.ask_replica(&session_id, &owner, command).await? {
+                        Some(ReplicaReply::Cancelled { cancelled }) => return Ok(cancelled),
+                        Some(_) => return Ok(false),
+                        None => {}
                     }
                     // Its owner died meanwhile: the session is free now, or soon.
                     if Instant::now() >= deadline {

@@ -25,6 +25,7 @@ use crate::stream::RunEvents;
 
 mod cluster;
 mod commands;
+mod replica;
 mod views;
 
 struct Inner {
