@@ -6,6 +6,7 @@
 
 pub mod claude;
 pub mod codex;
+pub mod console;
 pub mod fake_anthropic;
 pub mod fake_openai;
 pub mod loopback;
@@ -681,4 +682,58 @@ pub fn installed_cli(name: &str, variable: &str, installed: &str) -> Option<Path
     );
     eprintln!("skipped: no {name} CLI (set {variable} or run .ci/run)");
     None
+}
+
+/// One row of `fixtures/hostile_requests.txt`.
+pub struct HostileCase {
+    /// The status it must get.
+    pub status: u16,
+    /// Its method.
+    pub method: String,
+    /// Its path and query.
+    pub path: String,
+    /// Its content type; without one, no body is sent.
+    pub content_type: Option<String>,
+    /// Its body.
+    pub body: String,
+    /// One header, name and value.
+    pub header: Option<(String, String)>,
+}
+
+/// The rows of the hostile-request table (`fixtures/hostile_requests.txt`), its
+/// placeholders filled in (`{run}` with `run`): requests that must get a clear 4xx and
+/// change nothing, run against the real binary and through the router in process.
+pub fn hostile_cases(run: &str) -> Vec<HostileCase> {
+    let table = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/hostile_requests.txt"),
+    )
+    .expect("the hostile-request table");
+    let fill = |text: &str| {
+        text.replace("{run}", run)
+            .replace("{5MiB}", &"u".repeat(5 * 1024 * 1024))
+            .replace("{200s}", &"s".repeat(200))
+            .replace("{300k}", &"k".repeat(300))
+    };
+    let field = |text: &str| (text != "-").then(|| fill(text));
+    table
+        .lines()
+        .filter(|line| !line.trim().is_empty() && !line.starts_with('#'))
+        .map(|line| {
+            let fields: Vec<&str> = line.split(" | ").map(str::trim).collect();
+            let [status, method, path, content_type, body, header] = fields[..] else {
+                panic!("a row of six fields: {line}");
+            };
+            HostileCase {
+                status: status.parse().unwrap(),
+                method: method.to_owned(),
+                path: fill(path),
+                content_type: field(content_type),
+                body: field(body).unwrap_or_default(),
+                header: field(header).map(|header| {
+                    let (name, value) = header.split_once(": ").unwrap();
+                    (name.to_owned(), value.to_owned())
+                }),
+            }
+        })
+        .collect()
 }

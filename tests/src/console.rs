@@ -1,0 +1,164 @@
+//! The web console driven in headless Chromium (Debian's `chromium` through
+//! `playwright-core`, `tests/console/console.cjs`) against the real binary: shared by
+//! the console's test and by the example that remakes the docs' screenshots
+//! (`cargo run -p turnstile-tests --example screenshots`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::{Server, http_client};
+
+const KEY: &str = "console-test-key";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Node, Chromium and playwright-core, or `None` (with a note) outside CI.
+pub fn tools() -> Option<()> {
+    let chromium =
+        std::env::var("TURNSTILE_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    let node = Command::new("node").arg("--version").output();
+    let missing: Vec<&str> = [
+        (node.is_err(), "node"),
+        (
+            !Path::new(&chromium).exists(),
+            "chromium (apt-get install chromium)",
+        ),
+        (
+            !repo()
+                .join("target/clis/node_modules/playwright-core")
+                .exists(),
+            "playwright-core (the README's test command installs it)",
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(missing, what)| missing.then_some(what))
+    .collect();
+    if missing.is_empty() {
+        return Some(());
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "the console tests need {missing:?}: .ci/run installs them"
+    );
+    eprintln!("skipped: missing {missing:?}");
+    None
+}
+
+async fn post(server: &Server, path: &str, form: &[(&str, &str)]) -> Value {
+    let response = http_client()
+        .post(server.url(path))
+        .bearer_auth(KEY)
+        .form(form)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        response.status().is_success(),
+        "{path}: {}",
+        response.status()
+    );
+    response.json().await.unwrap()
+}
+
+/// The session the page is checked against: a delegated tool call, a retry, a fork.
+async fn seed(server: &Server) {
+    let nested = post(
+        server,
+        "/agents/scripted/runs",
+        &[
+            (
+                "message",
+                "/tool Task {\"prompt\": \"look around\"}\n/subagent #1 Read {\"file_path\": \"a.txt\"}\n/reply looked",
+            ),
+            ("session_id", "console-demo"),
+            ("stream", "false"),
+        ],
+    )
+    .await;
+    assert_eq!(nested["status"], "COMPLETED", "{nested}");
+    let retried = post(
+        server,
+        "/agents/scripted/runs",
+        &[
+            ("message", "/fail transient 1\n/reply recovered"),
+            ("session_id", "console-demo"),
+            ("stream", "false"),
+        ],
+    )
+    .await;
+    assert_eq!(retried["metadata"]["attempts"], 2, "{retried}");
+    let run_id = nested["run_id"].as_str().unwrap();
+    let checkpoints: Value = http_client()
+        .get(server.url(&format!("/agents/scripted/runs/{run_id}/checkpoints")))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let from = checkpoints["checkpoints"][0]["message_index"].to_string();
+    let forked = post(
+        server,
+        &format!("/agents/scripted/runs/{run_id}/continue"),
+        &[
+            ("continue_from", from.as_str()),
+            ("input", "another way"),
+            ("stream", "false"),
+        ],
+    )
+    .await;
+    assert_eq!(forked["forked_from_run_id"], run_id, "{forked}");
+}
+
+/// Starts the real binary with an API key, seeds a session, and has the console's
+/// script check every page in headless Chromium, saving a screenshot of each in `shots`.
+pub fn console_run(shots: &Path) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("turnstile.toml");
+    std::fs::write(
+        &config,
+        "[[agents]]\nid = \"scripted\"\nharness = \"scripted\"\nretries = 1\ndelay_between_retries_s = 0\n",
+    )
+    .unwrap();
+    let server = Server::start_with_env(
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+        &[("TURNSTILE_API_KEY", KEY)],
+    );
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(seed(&server));
+    let output = Command::new("node")
+        .arg(repo().join("tests/console/console.cjs"))
+        .arg(&server.base)
+        .arg(KEY)
+        .arg(shots)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the console failed:\n{stdout}\n{stderr}\nserver:\n{}",
+        server.logs().join("\n")
+    );
+    assert!(stdout.contains("console: all checks passed"), "{stdout}");
+    for page in [
+        "login",
+        "sessions",
+        "timeline",
+        "run",
+        "metrics",
+        "sessions-phone",
+    ] {
+        assert!(
+            shots.join(format!("{page}.png")).exists(),
+            "no screenshot of {page}"
+        );
+    }
+}
