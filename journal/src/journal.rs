@@ -36,17 +36,6 @@ enum Backend {
     Postgres(PgJournal),
 }
 
-/// Where a journal lives: the one thing above this crate that knows there is more than
-/// one backend. A new backend is a new variant here and a folder beside `sled/` and
-/// `pg/`; nothing above `journal/` changes.
-#[derive(Debug, Clone)]
-pub enum JournalConfig {
-    /// The embedded sled journal in this data directory (one process).
-    Sled(std::path::PathBuf),
-    /// A PostgreSQL journal that several processes may share.
-    Postgres(PostgresOptions),
-}
-
 impl Journal {
     /// Opens (or creates) the sled journal in `dir`. Fails with [`Error::Locked`] when
     /// another process holds it.
@@ -69,30 +58,6 @@ impl Journal {
             #[cfg(feature = "faults")]
             faults: crate::faults::at(&options.url),
         })
-    }
-
-    /// Opens the journal `config` names, whichever backend it is.
-    pub fn open_config(config: &JournalConfig, options: JournalOptions) -> Result<Journal, Error> {
-        match config {
-            JournalConfig::Sled(dir) => Journal::open(dir, options),
-            JournalConfig::Postgres(postgres) => Journal::open_postgres(postgres, options),
-        }
-    }
-
-    /// Opens the journal `config` names only if it holds one already (a command that
-    /// reads a journal must not create an empty one): [`Error::Missing`] otherwise.
-    pub fn open_existing(
-        config: &JournalConfig,
-        options: JournalOptions,
-    ) -> Result<Journal, Error> {
-        if let JournalConfig::Sled(dir) = config
-            && !dir.join("db").exists()
-        {
-            return Err(Error::Missing {
-                location: dir.display().to_string(),
-            });
-        }
-        Journal::open_config(config, options)
     }
 
     /// Where the journal is: its data directory, or the database (without a password).

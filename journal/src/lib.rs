@@ -14,6 +14,7 @@
 
 mod chain;
 pub mod codec;
+mod config;
 pub mod event;
 #[cfg(feature = "faults")]
 pub mod faults;
@@ -29,9 +30,10 @@ mod types;
 pub mod verify;
 
 pub use codec::{FORMAT_VERSION, Hash, RecordBody};
+pub use config::JournalConfig;
 pub use event::{Event, RunEvent, ToolCall, Warning};
 pub use ids::{EventIndex, IdError, JournalPos, RunId, Seq, SessionId};
-pub use journal::{Journal, JournalConfig};
+pub use journal::Journal;
 pub use pg::PostgresOptions;
 pub use subscription::Subscription;
 pub use types::{
