@@ -6,7 +6,6 @@
 
 pub mod attachments;
 pub mod body;
-pub mod dto;
 pub mod error;
 pub mod export;
 mod extract;
@@ -19,6 +18,7 @@ mod sessions;
 pub mod sse;
 mod ui;
 
+use crate::wire::dto;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -33,11 +33,11 @@ use turnstile_actors::{AgentSpec, Runtime};
 use turnstile_journal::SessionId;
 use turnstile_projections::SessionState;
 
-use crate::api::dto::{Agent, Health};
 use crate::api::error::ApiError;
 use crate::api::error::ErrorBody;
 use crate::api::form::Fields;
 use crate::api::sse::SseOptions;
+use crate::wire::dto::{Agent, Health};
 
 /// What every handler gets.
 #[derive(Clone)]

@@ -4,10 +4,11 @@
 use super::extract::{Path, Query};
 use super::{AppState, agent_name_of, find_agent, read_fields};
 use crate::api::body::{ContinueRequest, ResumeRequest};
-use crate::api::dto::{Accepted, Checkpoints, RunOutput};
 use crate::api::error::{ApiError, ErrorBody};
 use crate::api::runs::{SessionQuery, bounded, respond_run};
-use crate::api::{dto, sse};
+use crate::api::sse;
+use crate::wire::dto;
+use crate::wire::dto::{Accepted, Checkpoints, RunOutput};
 use crate::wire::events;
 use axum::Json;
 use axum::extract::{Request, State};

@@ -18,11 +18,12 @@ use utoipa::IntoParams;
 
 use super::{AppState, find_agent, find_session, now_s, positive, read_fields, sdk_of};
 use crate::api::body::{MultitaskStrategy, RunRequest};
-use crate::api::dto::{Accepted, Empty, RunOutput, RunPage};
 use crate::api::error::ApiError;
 use crate::api::error::ErrorBody;
 use crate::api::sse::Framing;
-use crate::api::{attachments, dto, sse};
+use crate::api::{attachments, sse};
+use crate::wire::dto;
+use crate::wire::dto::{Accepted, Empty, RunOutput, RunPage};
 use crate::wire::events;
 
 /// A run as agno's `RunOutput`, with its stored events when its agent keeps them:

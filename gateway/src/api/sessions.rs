@@ -13,10 +13,10 @@ use utoipa::IntoParams;
 
 use super::runs::runs_json;
 use super::{AppState, agent_name_of, find_agent, find_session, positive, sdk_of};
-use crate::api::dto;
-use crate::api::dto::{Compacted, RunOutput, SessionDetail, SessionPage};
 use crate::api::error::ApiError;
 use crate::api::error::ErrorBody;
+use crate::wire::dto;
+use crate::wire::dto::{Compacted, RunOutput, SessionDetail, SessionPage};
 
 /// `POST /agents/{agent_id}/sessions/{session_id}/compact`.
 #[utoipa::path(

@@ -3,6 +3,7 @@
 //! agno's run events (`events`) are rendered here; a header's name and a date's format
 //! are written once.
 
+pub mod dto;
 pub mod events;
 
 /// The header that names the position the export is as of (records before it).
