@@ -2,9 +2,11 @@
 //! continue, each one or a few HTTP calls and their printing.
 
 use crate::client::print::{
-    RUN_HEADER, describe, print_json, print_page, print_run, run_rows, short, table, text, time,
+    RUN_HEADER, describe, or_dash, print_json, print_page, print_run, run_rows, short_text, table,
+    text, time,
 };
-use crate::client::{Failure, TERMINAL, Target, query, refusal};
+use crate::client::{Failure, TERMINAL, Target, query, refusal, typed};
+use crate::wire::dto::{RunOutput, RunPage, SessionDetail, SessionPage};
 use futures::StreamExt;
 use serde_json::Value;
 use std::io::Write;
@@ -32,18 +34,18 @@ pub async fn sessions_list(
         print_json(&answer);
         return Ok(());
     }
-    let rows: Vec<Vec<String>> = answer["data"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let page: SessionPage = typed(&answer)?;
+    let rows: Vec<Vec<String>> = page
+        .data
+        .iter()
         .map(|session| {
             vec![
-                text(&session["session_id"]),
-                text(&session["agent_id"]),
-                text(&session["user_id"]),
-                text(&session["total_tokens"]),
-                time(&session["updated_at"]),
-                short(&session["session_name"], 40),
+                session.session_id.clone(),
+                session.agent_id.clone(),
+                or_dash(session.user_id.as_deref()),
+                session.total_tokens.to_string(),
+                time(session.updated_at),
+                short_text(&session.session_name, 40),
             ]
         })
         .collect();
@@ -54,7 +56,7 @@ pub async fn sessions_list(
             &rows
         )
     );
-    print_page(&answer["meta"], "sessions");
+    print_page(&page.meta, "sessions");
     Ok(())
 }
 
@@ -66,19 +68,20 @@ pub async fn sessions_show(target: &Target, session: &str, json: bool) -> Result
         print_json(&serde_json::json!({"session": detail, "runs": runs}));
         return Ok(());
     }
-    outln!("session   {}", text(&detail["session_id"]));
-    outln!("agent     {}", text(&detail["agent_id"]));
-    outln!("user      {}", text(&detail["user_id"]));
-    outln!("name      {}", short(&detail["session_name"], 60));
-    outln!("created   {}", time(&detail["created_at"]));
-    outln!("updated   {}", time(&detail["updated_at"]));
-    outln!("tokens    {}", text(&detail["total_tokens"]));
+    let detail: SessionDetail = typed(&detail)?;
+    let runs: Vec<RunOutput> = typed(&runs)?;
+    outln!("session   {}", detail.session_id);
+    outln!("agent     {}", detail.agent_id);
+    outln!("user      {}", or_dash(detail.user_id.as_deref()));
+    outln!("name      {}", short_text(&detail.session_name, 60));
+    outln!("created   {}", time(detail.created_at));
+    outln!("updated   {}", time(detail.updated_at));
+    outln!("tokens    {}", detail.total_tokens);
     outln!(
         "harness   {}",
-        text(&detail["metadata"]["harness_session_id"])
+        or_dash(detail.metadata.harness_session_id.as_deref())
     );
     outln!();
-    let runs: Vec<Value> = runs.as_array().cloned().unwrap_or_default();
     out!("{}", table(&RUN_HEADER, &run_rows(&runs)));
     Ok(())
 }
@@ -108,9 +111,9 @@ pub async fn runs_list(
         print_json(&answer);
         return Ok(());
     }
-    let runs: Vec<Value> = answer["data"].as_array().cloned().unwrap_or_default();
-    out!("{}", table(&RUN_HEADER, &run_rows(&runs)));
-    print_page(&answer["meta"], &format!("runs of {agent}"));
+    let page: RunPage = typed(&answer)?;
+    out!("{}", table(&RUN_HEADER, &run_rows(&page.data)));
+    print_page(&page.meta, &format!("runs of {agent}"));
     Ok(())
 }
 
@@ -128,7 +131,7 @@ pub async fn runs_show(
     if json {
         print_json(&run);
     } else {
-        print_run(&run);
+        print_run(&typed(&run)?);
     }
     Ok(())
 }
@@ -244,7 +247,7 @@ pub async fn runs_continue(
     if json {
         print_json(&run);
     } else {
-        print_run(&run);
+        print_run(&typed(&run)?);
     }
     Ok(())
 }

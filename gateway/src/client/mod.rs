@@ -41,6 +41,16 @@ mod commands;
 mod export;
 mod print;
 
+/// The server's answer as the type the HTTP API documents it as; a server that answers
+/// otherwise is not one this CLI can drive.
+fn typed<T: serde::de::DeserializeOwned>(answer: &Value) -> Result<T, Failure> {
+    serde_json::from_value(answer.clone()).map_err(|error| {
+        Failure::Unreachable(anyhow::anyhow!(
+            "the server's answer does not read as turnstile's API: {error}"
+        ))
+    })
+}
+
 /// Statuses that end a run's stream.
 const TERMINAL: [&str; 3] = ["RunCompleted", "RunError", "RunCancelled"];
 
@@ -108,13 +118,8 @@ impl Target {
         if let Some(agent) = agent {
             return Ok(agent);
         }
-        let agents = self.get("/agents").await?;
-        let ids: Vec<String> = agents
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|agent| agent["id"].as_str().map(str::to_owned))
-            .collect();
+        let agents: Vec<crate::wire::dto::Agent> = typed(&self.get("/agents").await?)?;
+        let ids: Vec<String> = agents.into_iter().map(|agent| agent.id).collect();
         if let [only] = ids.as_slice() {
             return Ok(only.clone());
         }

@@ -2,6 +2,8 @@
 //! run, an event of a tail; `--json` prints the server's own JSON instead.
 
 use serde_json::Value;
+
+use crate::wire::dto::{PageMeta, RunOutput};
 use std::io::Write;
 
 /// Prints rows as aligned columns under a header.
@@ -32,6 +34,7 @@ pub(super) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// A JSON value as a cell: a string as it is, `null` as `-`.
 pub(super) fn text(value: &Value) -> String {
     match value {
         Value::Null => "-".into(),
@@ -40,9 +43,18 @@ pub(super) fn text(value: &Value) -> String {
     }
 }
 
+/// An optional text as a cell (`-` when absent).
+pub(super) fn or_dash(text: Option<&str>) -> String {
+    text.unwrap_or("-").to_owned()
+}
+
 /// The first line of a text, at most `max` characters.
 pub(super) fn short(value: &Value, max: usize) -> String {
-    let text = text(value);
+    short_text(&text(value), max)
+}
+
+/// The first line of `text`, at most `max` characters.
+pub(super) fn short_text(text: &str, max: usize) -> String {
     let line = text.lines().next().unwrap_or_default();
     if line.chars().count() > max {
         format!("{}…", line.chars().take(max - 1).collect::<String>())
@@ -52,10 +64,7 @@ pub(super) fn short(value: &Value, max: usize) -> String {
 }
 
 /// Seconds since the epoch as `YYYY-MM-DD HH:MM:SS` (UTC).
-pub(super) fn time(value: &Value) -> String {
-    let Some(seconds) = value.as_i64() else {
-        return text(value);
-    };
+pub(super) fn time(seconds: i64) -> String {
     let date = turnstile_projections::date_of_us(seconds * 1_000_000);
     let day = seconds.rem_euclid(86_400);
     format!(
@@ -74,24 +83,25 @@ pub(super) fn print_json(value: &Value) {
 }
 
 /// The line under a paginated table: `page 1 of 3 (47 sessions)`.
-pub(super) fn print_page(meta: &Value, what: &str) {
+pub(super) fn print_page(meta: &PageMeta, what: &str) {
     outln!(
         "page {} of {} ({} {what})",
-        text(&meta["page"]),
-        text(&meta["total_pages"]),
-        text(&meta["total_count"])
+        meta.page,
+        meta.total_pages,
+        meta.total_count
     );
 }
 
-pub(super) fn run_rows(runs: &[Value]) -> Vec<Vec<String>> {
+/// Runs as rows under [`RUN_HEADER`].
+pub(super) fn run_rows(runs: &[RunOutput]) -> Vec<Vec<String>> {
     runs.iter()
         .map(|run| {
             vec![
-                text(&run["run_id"]),
-                text(&run["session_id"]),
-                text(&run["status"]),
-                time(&run["created_at"]),
-                short(&run["content"], 40),
+                run.run_id.clone(),
+                run.session_id.clone(),
+                run.status.to_string(),
+                time(run.created_at),
+                short(&run.content, 40),
             ]
         })
         .collect()
@@ -99,26 +109,26 @@ pub(super) fn run_rows(runs: &[Value]) -> Vec<Vec<String>> {
 
 pub(super) const RUN_HEADER: [&str; 5] = ["RUN", "SESSION", "STATUS", "CREATED", "CONTENT"];
 
-pub(super) fn print_run(run: &Value) {
-    outln!("run       {}", text(&run["run_id"]));
-    outln!("agent     {}", text(&run["agent_id"]));
-    outln!("session   {}", text(&run["session_id"]));
-    outln!("status    {}", text(&run["status"]));
-    outln!("created   {}", time(&run["created_at"]));
-    if let Some(error) = run["metadata"]["error_type"].as_str() {
+/// A run, one field a line.
+pub(super) fn print_run(run: &RunOutput) {
+    outln!("run       {}", run.run_id);
+    outln!("agent     {}", run.agent_id);
+    outln!("session   {}", run.session_id);
+    outln!("status    {}", run.status);
+    outln!("created   {}", time(run.created_at));
+    if let Some(error) = &run.metadata.error_type {
         outln!("error     {error}");
     }
-    if !run["forked_from_run_id"].is_null() {
+    if let Some(from) = &run.forked_from_run_id {
         outln!(
-            "forked    from {} at message {}",
-            text(&run["forked_from_run_id"]),
-            text(&run["forked_from_message_index"])
+            "forked    from {from} at message {}",
+            run.forked_from_message_index
+                .map_or_else(|| "-".to_owned(), |index| index.to_string())
         );
     }
-    let tools = run["tools"].as_array().map_or(0, Vec::len);
-    outln!("tools     {tools}");
-    outln!("tokens    {}", text(&run["metrics"]["total_tokens"]));
-    outln!("content   {}", text(&run["content"]));
+    outln!("tools     {}", run.tools.len());
+    outln!("tokens    {}", text(&run.metrics["total_tokens"]));
+    outln!("content   {}", text(&run.content));
 }
 
 /// One event as a person reads it.

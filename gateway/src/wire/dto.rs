@@ -4,14 +4,16 @@
 //! 3.1.10's `RunSchema` / `AgentResponse` look, so agno's client parses them. Each
 //! shape is a type whose derived schema is the one `/openapi.json` shows.
 
-use serde::Serialize;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use turnstile_actors::AgentSpec;
 use turnstile_projections::{AttachmentView, RunView, SessionMetrics, SessionState, ToolView};
 use utoipa::ToSchema;
 
 /// agno's agent object (`GET /agents`, `GET /agents/{agent_id}`).
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Agent {
     /// The agent's id, as configured.
     pub id: String,
@@ -26,7 +28,7 @@ pub struct Agent {
 }
 
 /// An agent's model.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct AgentModel {
     /// The model's name.
     pub name: String,
@@ -37,7 +39,7 @@ pub struct AgentModel {
 }
 
 /// The harness family of an agent or session.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Sdk {
     /// The harness family: `scripted`, or a CLI harness's own name.
     pub sdk: String,
@@ -64,10 +66,10 @@ fn seconds(us: i64) -> i64 {
 }
 
 /// One message of a run, as agno lists them.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Message {
     /// `user`, `assistant` or `tool`.
-    pub role: &'static str,
+    pub role: Cow<'static, str>,
     /// The text (`null` for an assistant message that only calls a tool).
     pub content: Option<String>,
     /// An assistant message's tool call.
@@ -79,19 +81,19 @@ pub struct Message {
 }
 
 /// A tool call inside an assistant message (the chat-completions shape, as agno keeps it).
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct MessageToolCall {
     /// The call's id.
     pub id: String,
     /// Always `function`.
     #[serde(rename = "type")]
-    pub kind: &'static str,
+    pub kind: Cow<'static, str>,
     /// The tool and its arguments.
     pub function: MessageFunction,
 }
 
 /// The function of a [`MessageToolCall`].
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct MessageFunction {
     /// The tool's name.
     pub name: String,
@@ -103,18 +105,18 @@ pub struct MessageFunction {
 /// result per tool, then the final assistant answer.
 fn messages(run: &RunView) -> Vec<Message> {
     let mut messages = vec![Message {
-        role: "user",
+        role: Cow::Borrowed("user"),
         content: Some(run.input.clone()),
         tool_calls: None,
         tool_call_id: None,
     }];
     for tool in &run.tools {
         messages.push(Message {
-            role: "assistant",
+            role: Cow::Borrowed("assistant"),
             content: None,
             tool_calls: Some(vec![MessageToolCall {
                 id: tool.tool_call_id.clone(),
-                kind: "function",
+                kind: Cow::Borrowed("function"),
                 function: MessageFunction {
                     name: tool.tool_name.clone(),
                     arguments: tool.tool_args.to_string(),
@@ -124,7 +126,7 @@ fn messages(run: &RunView) -> Vec<Message> {
         });
         if let Some(result) = &tool.result {
             messages.push(Message {
-                role: "tool",
+                role: Cow::Borrowed("tool"),
                 content: Some(result.clone()),
                 tool_calls: None,
                 tool_call_id: Some(tool.tool_call_id.clone()),
@@ -133,7 +135,7 @@ fn messages(run: &RunView) -> Vec<Message> {
     }
     if run.status.is_terminal() && !run.content.is_empty() {
         messages.push(Message {
-            role: "assistant",
+            role: Cow::Borrowed("assistant"),
             content: Some(run.content.clone()),
             tool_calls: None,
             tool_call_id: None,
@@ -143,7 +145,7 @@ fn messages(run: &RunView) -> Vec<Message> {
 }
 
 /// A tool call of a run (agno's `ToolExecution`).
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ToolCall {
     /// The call's id.
     pub tool_call_id: String,
@@ -174,7 +176,7 @@ impl From<&ToolView> for ToolCall {
 }
 
 /// A run's metadata.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct RunMetadata {
     /// The harness family of the run's agent.
     pub sdk: String,
@@ -194,7 +196,7 @@ pub struct RunMetadata {
 }
 
 /// A run's input.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct RunInput {
     /// The message.
     pub input_content: String,
@@ -205,7 +207,7 @@ pub struct RunInput {
 }
 
 /// agno's `RunOutput`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct RunOutput {
     /// The run.
     pub run_id: String,
@@ -218,7 +220,7 @@ pub struct RunOutput {
     /// Its user.
     pub user_id: Option<String>,
     /// `PENDING`, `RUNNING`, `COMPLETED`, `ERROR` or `CANCELLED`.
-    pub status: &'static str,
+    pub status: Cow<'static, str>,
     /// The answer: text, or the parsed object when the run had an `output_schema`.
     pub content: Value,
     /// `str`, or the output schema's `title`.
@@ -277,7 +279,7 @@ pub fn run_output(run: &RunView, agent_name: &str, sdk: String) -> RunOutput {
         agent_name: agent_name.to_owned(),
         session_id: run.session_id.to_string(),
         user_id: run.user_id.clone(),
-        status: run.status.as_str(),
+        status: Cow::Borrowed(run.status.as_str()),
         content: crate::wire::events::content_json(&run.content, &run.content_type),
         content_type: run.content_type.clone(),
         tools: run.tools.iter().map(ToolCall::from).collect(),
@@ -427,7 +429,7 @@ pub fn session_name(session: &SessionState) -> String {
 }
 
 /// One item of `GET /sessions` (agno's `SessionSchema`).
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct SessionSummary {
     /// The session.
     pub session_id: String,
@@ -437,7 +439,7 @@ pub struct SessionSummary {
     #[schema(value_type = Option<Object>)]
     pub session_state: Option<Value>,
     /// Always `agent`.
-    pub session_type: &'static str,
+    pub session_type: Cow<'static, str>,
     /// Its agent.
     pub agent_id: String,
     /// Its user.
@@ -462,7 +464,7 @@ pub fn session_summary(session: &SessionState, sdk: &str) -> SessionSummary {
         session_id: session.session_id.to_string(),
         session_name: session_name(session),
         session_state: None,
-        session_type: "agent",
+        session_type: Cow::Borrowed("agent"),
         agent_id: view.agent_id.clone(),
         user_id: view.user_id.clone(),
         metrics: view.metrics.clone(),
@@ -477,7 +479,7 @@ pub fn session_summary(session: &SessionState, sdk: &str) -> SessionSummary {
 
 /// `GET /sessions/{session_id}` (agno's `AgentSessionDetailSchema`, plus the harness
 /// session).
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct SessionDetail {
     /// The session.
     pub session_id: String,
@@ -515,7 +517,7 @@ pub struct SessionDetail {
 }
 
 /// A session's agent.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct AgentData {
     /// Its id.
     pub agent_id: String,
@@ -526,7 +528,7 @@ pub struct AgentData {
 }
 
 /// A session's metadata.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct SessionMetadata {
     /// The harness family.
     pub sdk: String,
@@ -566,7 +568,7 @@ pub fn session_detail(session: &SessionState, sdk: &str, agent_name: &str) -> Se
 }
 
 /// A page of a list.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct PageMeta {
     /// This page, from 1.
     pub page: usize,
@@ -579,7 +581,7 @@ pub struct PageMeta {
 }
 
 /// `GET /sessions`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct SessionPage {
     /// The sessions of this page.
     pub data: Vec<SessionSummary>,
@@ -588,7 +590,7 @@ pub struct SessionPage {
 }
 
 /// `GET /agents/{agent_id}/runs`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct RunPage {
     /// The runs of this page, newest first.
     pub data: Vec<RunOutput>,
