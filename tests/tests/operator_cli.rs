@@ -245,7 +245,11 @@ async fn tail_follows_a_live_run_to_its_end_and_cancel_and_continue_work_17() {
     .unwrap();
     let long_id = long["run_id"].as_str().unwrap().to_owned();
     let cancelled = ok(&["runs", "cancel", &long_id, "--url", &url]);
-    assert!(cancelled.contains("cancel of"), "{cancelled}");
+    assert!(
+        cancelled.contains(&format!("run {long_id} cancelled"))
+            || cancelled.contains(&format!("cancel of {long_id} recorded; the run is")),
+        "{cancelled}"
+    );
     wait_until("the run is cancelled", Duration::from_secs(10), || {
         ok(&["runs", "show", &long_id, "--url", &url]).contains("status    CANCELLED")
     });

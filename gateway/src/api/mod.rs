@@ -106,6 +106,7 @@ pub fn router(state: AppState) -> Router {
             get(sessions::get_session_run),
         )
         .route("/journal/export", get(export::export))
+        .route("/", get(ui::root))
         .route("/ui", get(ui::index))
         .route("/ui/", get(ui::index_slash))
         .route("/ui/app.js", get(ui::script))

@@ -38,6 +38,7 @@ use crate::api::error::ErrorBody;
         super::metrics::daily,
         super::metrics::prometheus,
         super::export::export,
+        super::ui::root,
         super::ui::index,
         super::ui::index_slash,
         super::ui::script,

@@ -168,7 +168,7 @@ pub(super) async fn continue_run(
 }
 
 /// The index a re-attach resumes after: the body's `last_event_index`, else the
-/// `Last-Event-ID` header; a negative one means from the start.
+/// `Last-Event-ID` header; absent, from the start; negative, refused.
 fn last_event_index(
     from_body: Option<i64>,
     headers: &HeaderMap,
@@ -176,17 +176,18 @@ fn last_event_index(
     let header_index = headers
         .get("last-event-id")
         .and_then(|value| value.to_str().ok());
-    Ok(match (from_body, header_index) {
-        (Some(index), _) => u64::try_from(index).ok().map(EventIndex),
-        (None, None) => None,
-        (None, Some(text)) => {
-            let index: i64 = text.trim().parse().map_err(|_| {
-                ApiError::Unprocessable(format!(
-                    "last_event_index must be an integer, got {text:?}"
-                ))
-            })?;
-            u64::try_from(index).ok().map(EventIndex)
-        }
+    let index = match (from_body, header_index) {
+        (Some(index), _) => index,
+        (None, None) => return Ok(None),
+        (None, Some(text)) => text.trim().parse().map_err(|_| {
+            ApiError::Unprocessable(format!("last_event_index must be an integer, got {text:?}"))
+        })?,
+    };
+    // Absent means from the start; a negative index is a client's mistake (#32).
+    u64::try_from(index).map(|index| Some(EventIndex(index))).map_err(|_| {
+        ApiError::Unprocessable(format!(
+            "last_event_index must be 0 or more (leave it out to replay from the start), got {index}"
+        ))
     })
 }
 

@@ -110,6 +110,12 @@ pub(super) async fn create_run(
     fields.bounded("output_schema", OUTPUT_SCHEMA_BYTES_MAX)?;
     let body: RunRequest = fields.typed()?;
     let message = body.message.as_str();
+    // An empty message is refused by its form; one of only whitespace asks nothing (#32).
+    if message.trim().is_empty() {
+        return Err(ApiError::Unprocessable(
+            "message must hold some text, not only whitespace".into(),
+        ));
+    }
     if message.len() > MESSAGE_BYTES_MAX {
         return Err(ApiError::Unprocessable(format!(
             "message is longer than {MESSAGE_BYTES_MAX} bytes"

@@ -25,6 +25,14 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 }
 
 #[utoipa::path(
+    get, path = "/", tag = "console", summary = "Redirects to the web console; never needs the API key", security(()),
+    responses((status = 307, description = "To /ui"))
+)]
+pub(crate) async fn root() -> Response {
+    axum::response::Redirect::temporary("/ui").into_response()
+}
+
+#[utoipa::path(
     get, path = "/ui", tag = "console", summary = "The web console (HTML); never needs the API key", security(()),
     responses((status = 200, description = "The page", body = String, content_type = "text/html"))
 )]
@@ -58,5 +66,5 @@ pub(crate) async fn style() -> Response {
 
 /// Whether `path` is one of the console's files (served without the API key).
 pub(crate) fn is_console(path: &str) -> bool {
-    matches!(path, "/ui" | "/ui/" | "/ui/app.js" | "/ui/app.css")
+    matches!(path, "/" | "/ui" | "/ui/" | "/ui/app.js" | "/ui/app.css")
 }

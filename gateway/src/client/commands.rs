@@ -5,7 +5,7 @@ use crate::client::print::{
     RUN_HEADER, describe, or_dash, print_json, print_page, print_run, run_rows, short_text, table,
     text, time,
 };
-use crate::client::{Failure, TERMINAL, Target, query, refusal, typed};
+use crate::client::{Failure, TERMINAL, Target, query, typed};
 use crate::wire::dto::{RunOutput, RunPage, SessionDetail, SessionPage};
 use futures::StreamExt;
 use serde_json::Value;
@@ -136,7 +136,8 @@ pub async fn runs_show(
     Ok(())
 }
 
-/// `turnstile runs cancel RUN`.
+/// `turnstile runs cancel RUN`: says what happened (cancelled, removed from the queue,
+/// already finished); an unknown run is refused.
 pub async fn runs_cancel(
     target: &Target,
     agent: Option<String>,
@@ -144,16 +145,32 @@ pub async fn runs_cancel(
     json: bool,
 ) -> Result<(), Failure> {
     let agent = target.agent_of(agent, Some(run_id)).await?;
+    let path = format!("/agents/{agent}/runs/{run_id}");
+    let before: RunOutput = typed(&target.get(&path).await.map_err(|failure| match failure {
+        Failure::Refused(message) if message.ends_with("(HTTP 404)") => {
+            Failure::Refused(format!("run {run_id} not found"))
+        }
+        other => other,
+    })?)?;
     let answer = target
-        .json(target.request(
-            reqwest::Method::POST,
-            &format!("/agents/{agent}/runs/{run_id}/cancel"),
-        ))
+        .json(target.request(reqwest::Method::POST, &format!("{path}/cancel")))
         .await?;
     if json {
         print_json(&answer);
-    } else {
-        outln!("cancel of {run_id} recorded (a finished run is left as it is)");
+        return Ok(());
+    }
+    if matches!(&*before.status, "COMPLETED" | "ERROR" | "CANCELLED") {
+        outln!(
+            "run {run_id} had already ended ({}): nothing to cancel",
+            before.status
+        );
+        return Ok(());
+    }
+    let after: RunOutput = typed(&target.get(&path).await?)?;
+    match (&*before.status, &*after.status) {
+        ("PENDING", "CANCELLED") => outln!("run {run_id} was queued: removed and cancelled"),
+        (_, "CANCELLED") => outln!("run {run_id} cancelled"),
+        (_, status) => outln!("cancel of {run_id} recorded; the run is {status}"),
     }
     Ok(())
 }
@@ -181,7 +198,7 @@ pub async fn runs_tail(
     let status = response.status();
     if !status.is_success() {
         let body: Value = response.json().await.unwrap_or(Value::Null);
-        return Err(Failure::Refused(refusal(status, &body)));
+        return Err(Failure::Refused(target.refusal(status, &body)));
     }
     let mut stream = response.bytes_stream();
     let mut buffer = String::new();

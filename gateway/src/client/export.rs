@@ -1,6 +1,6 @@
 //! `journal export --url`: a running server's export streamed to the caller as a reader.
 
-use crate::client::{Failure, Target, query, refusal};
+use crate::client::{Failure, Target, query};
 use futures::StreamExt;
 use serde_json::Value;
 
@@ -63,7 +63,7 @@ pub fn export(target: Target, session: Option<&str>) -> Result<Export, Failure> 
             let status = response.status();
             if !status.is_success() {
                 let body: Value = response.json().await.unwrap_or(Value::Null);
-                let _ = head.send(Err(Failure::Refused(refusal(status, &body))));
+                let _ = head.send(Err(Failure::Refused(target.refusal(status, &body))));
                 return;
             }
             let as_of = response

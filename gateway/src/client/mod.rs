@@ -19,6 +19,8 @@ pub use export::{Export, export};
 pub struct Target {
     base: String,
     api_key: Option<String>,
+    /// The variable the key was read from, for the hint of a 401.
+    api_key_env: String,
     client: reqwest::Client,
 }
 
@@ -74,6 +76,7 @@ impl Target {
         Ok(Target {
             base,
             api_key,
+            api_key_env: config.server.api_key_env.clone(),
             client,
         })
     }
@@ -101,11 +104,33 @@ impl Target {
         if status.is_success() {
             return Ok(body);
         }
-        Err(Failure::Refused(refusal(status, &body)))
+        Err(Failure::Refused(self.refusal(status, &body)))
     }
 
     async fn get(&self, path: &str) -> Result<Value, Failure> {
         self.json(self.request(reqwest::Method::GET, path)).await
+    }
+
+    /// What a refusal says: the server's `detail` and status; for a `401`, where this
+    /// CLI reads the key from and how to set it.
+    fn refusal(&self, status: reqwest::StatusCode, body: &Value) -> String {
+        let detail = body["detail"]
+            .as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| body.to_string());
+        let mut message = format!("{detail} (HTTP {})", status.as_u16());
+        if status == reqwest::StatusCode::UNAUTHORIZED {
+            let variable = &self.api_key_env;
+            let read = if self.api_key.is_some() {
+                format!("the key in {variable} is not the server's")
+            } else {
+                format!("{variable} is not set")
+            };
+            message.push_str(&format!(
+                "\n{read}: this command sends the key it finds there (`export {variable}=<the server's key>`)"
+            ));
+        }
+        message
     }
 
     /// The agent a run belongs to: `--agent`, else the only configured agent, else the
@@ -169,14 +194,6 @@ pub fn exit(result: Result<(), Failure>) -> anyhow::Result<ExitCode> {
         }
         Err(Failure::Unreachable(error)) => Err(error),
     }
-}
-
-fn refusal(status: reqwest::StatusCode, body: &Value) -> String {
-    let detail = body["detail"]
-        .as_str()
-        .map(str::to_owned)
-        .unwrap_or_else(|| body.to_string());
-    format!("{detail} (HTTP {})", status.as_u16())
 }
 
 fn query(pairs: &[(&str, Option<String>)]) -> String {

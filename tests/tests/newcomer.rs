@@ -1,0 +1,126 @@
+//! Issue 32 (the first hour of a new user), on the real binary: the rough edges a
+//! newcomer hit, each fixed with a check that failed before. Items: 3 (`GET /`), 7 (a
+//! negative `last_event_index`), 8 (a message of only whitespace), 12 (what `runs
+//! cancel` says), 13 (the CLI's `401` names the key's variable).
+
+use serde_json::Value;
+use turnstile_tests::{Server, http_client, lossy, post_form, turnstile_env as cli};
+
+#[tokio::test]
+async fn the_root_redirects_to_the_console_without_a_key_32() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with_env(dir.path(), &[], &[("TURNSTILE_API_KEY", "k")]);
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let response = client.get(server.url("/")).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 307);
+    assert_eq!(response.headers()["location"], "/ui");
+    let page = http_client().get(server.url("/")).send().await.unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    assert!(page.text().await.unwrap().contains("<html"));
+}
+
+#[tokio::test]
+async fn a_negative_index_and_a_blank_message_are_422_32() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    for message in ["   ", "\n\t \n"] {
+        let response = post_form(
+            &server,
+            "/agents/scripted/runs",
+            &[("message", message), ("stream", "false")],
+        )
+        .await;
+        assert_eq!(response.status().as_u16(), 422, "{message:?}");
+        let body: Value = response.json().await.unwrap();
+        assert!(
+            body["detail"].as_str().unwrap().contains("whitespace"),
+            "{body}"
+        );
+    }
+    let run: Value = post_form(
+        &server,
+        "/agents/scripted/runs",
+        &[("message", "hello"), ("stream", "false")],
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let resume = format!(
+        "/agents/scripted/runs/{}/resume",
+        run["run_id"].as_str().unwrap()
+    );
+    let response = post_form(&server, &resume, &[("last_event_index", "-5")]).await;
+    assert_eq!(response.status().as_u16(), 422);
+    let body: Value = response.json().await.unwrap();
+    assert!(
+        body["detail"].as_str().unwrap().contains("0 or more"),
+        "{body}"
+    );
+    let by_header = http_client()
+        .post(server.url(&resume))
+        .header("last-event-id", "-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_header.status().as_u16(), 422);
+    let from_start = post_form(&server, &resume, &[]).await;
+    assert_eq!(from_start.status().as_u16(), 200);
+}
+
+#[tokio::test]
+async fn runs_cancel_says_what_happened_32() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let url = server.base.clone();
+    let unknown = cli(&["runs", "cancel", "no-such-run", "--url", &url], &[]);
+    assert_eq!(unknown.status.code(), Some(1), "{}", lossy(&unknown.stdout));
+    assert!(
+        lossy(&unknown.stderr).contains("run no-such-run not found"),
+        "{}",
+        lossy(&unknown.stderr)
+    );
+    let done: Value = post_form(
+        &server,
+        "/agents/scripted/runs",
+        &[("message", "hello"), ("stream", "false")],
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let run_id = done["run_id"].as_str().unwrap();
+    let finished = cli(&["runs", "cancel", run_id, "--url", &url], &[]);
+    assert!(finished.status.success());
+    assert!(
+        lossy(&finished.stdout).contains(&format!(
+            "run {run_id} had already ended (COMPLETED): nothing to cancel"
+        )),
+        "{}",
+        lossy(&finished.stdout)
+    );
+}
+
+#[tokio::test]
+async fn the_clis_401_names_the_variable_it_reads_32() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with_env(dir.path(), &[], &[("TURNSTILE_API_KEY", "right")]);
+    let url = server.base.clone();
+    let unset = cli(&["sessions", "list", "--url", &url], &[]);
+    assert_eq!(unset.status.code(), Some(1));
+    let said = lossy(&unset.stderr);
+    assert!(said.contains("TURNSTILE_API_KEY is not set"), "{said}");
+    assert!(said.contains("export TURNSTILE_API_KEY="), "{said}");
+    let wrong = cli(
+        &["sessions", "list", "--url", &url],
+        &[("TURNSTILE_API_KEY", "wrong")],
+    );
+    let said = lossy(&wrong.stderr);
+    assert!(
+        said.contains("the key in TURNSTILE_API_KEY is not the server's"),
+        "{said}"
+    );
+}
