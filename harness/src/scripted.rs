@@ -31,6 +31,8 @@ enum Step {
         args: String,
         error: bool,
         parent: Option<String>,
+        /// `/big BYTES` after it: its result is that long.
+        result_bytes: Option<usize>,
     },
     Sleep(Duration),
     FailTransient(u32),
@@ -41,6 +43,8 @@ enum Step {
 struct Script {
     steps: Vec<Step>,
     reply: Option<String>,
+    /// `/big BYTES`: the reply is that long.
+    big: Option<usize>,
     json: Option<String>,
     usage: Option<(u64, u64, u64, f64)>,
     history: bool,
@@ -71,6 +75,26 @@ fn json_text(text: &str, directive: &str) -> Result<String, HarnessError> {
 
 /// The marker before the current message in a prompt seeded with history.
 const CURRENT_MESSAGE: &str = "\n\nCurrent message:\n";
+
+/// `/big BYTES`: a count of bytes, at most the journal's event ceiling.
+fn big_bytes(rest: &str) -> Result<usize, HarnessError> {
+    let ceiling = turnstile_journal::limits::EVENT_BYTES_CEILING;
+    rest.trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|bytes| *bytes <= ceiling)
+        .ok_or_else(|| {
+            invalid(format!(
+                "/big needs a number of bytes up to {ceiling}, got {rest:?}"
+            ))
+        })
+}
+
+/// `bytes` bytes of plain text (a repeated phrase, cut to length).
+fn big_text(bytes: usize) -> String {
+    const PHRASE: &str = "turnstile keeps every turn. ";
+    PHRASE.repeat(bytes / PHRASE.len() + 1)[..bytes].to_owned()
+}
 
 /// `/fail transient N` or `/fail permanent KIND`.
 fn fail_step(rest: &str) -> Result<Step, HarnessError> {
@@ -132,6 +156,13 @@ fn parse(message: &str) -> Result<Script, HarnessError> {
         let rest = rest.trim();
         match name {
             "reply" => script.reply = Some(rest.to_owned()),
+            "big" => {
+                let bytes = big_bytes(rest)?;
+                script.big = Some(bytes);
+                if let Some(Step::Tool { result_bytes, .. }) = script.steps.last_mut() {
+                    *result_bytes = Some(bytes);
+                }
+            }
             "tool" | "tool-error" => {
                 let (tool, args) = rest.split_once(' ').unwrap_or((rest, "{}"));
                 if tool.is_empty() {
@@ -142,6 +173,7 @@ fn parse(message: &str) -> Result<Script, HarnessError> {
                     args: json_text(args, name)?,
                     error: name == "tool-error",
                     parent: None,
+                    result_bytes: None,
                 });
             }
             "subagent" => {
@@ -154,6 +186,7 @@ fn parse(message: &str) -> Result<Script, HarnessError> {
                     args: json_text(parts.next().unwrap_or("{}"), name)?,
                     error: false,
                     parent: Some(parent.to_owned()),
+                    result_bytes: None,
                 });
             }
             "sleep" => {
@@ -319,18 +352,18 @@ async fn play(
             args,
             error,
             parent,
+            result_bytes,
         } => {
             *tool_number += 1;
-            call_tool(
-                request,
-                events,
-                *tool_number,
+            let call = ScriptedCall {
+                number: *tool_number,
                 name,
                 args,
-                *error,
-                parent.as_deref(),
-            )
-            .await
+                error: *error,
+                parent: parent.as_deref(),
+                result_bytes: *result_bytes,
+            };
+            call_tool(request, events, call).await
         }
         Step::Sleep(duration) => {
             tokio::select! {
@@ -355,16 +388,33 @@ async fn play(
     }
 }
 
+/// One tool call of a script.
+struct ScriptedCall<'a> {
+    /// Its number in the attempt, from 1.
+    number: u32,
+    name: &'a str,
+    args: &'a str,
+    error: bool,
+    /// The call that delegated it (`#N`: this attempt's N-th).
+    parent: Option<&'a str>,
+    /// Its result's length, from `/big`.
+    result_bytes: Option<usize>,
+}
+
 /// A scripted tool call: started, its use and result lines, completed.
 async fn call_tool(
     request: &TurnRequest,
     events: &EventSink,
-    number: u32,
-    name: &str,
-    args: &str,
-    error: bool,
-    parent: Option<&str>,
+    call: ScriptedCall<'_>,
 ) -> Result<(), HarnessError> {
+    let ScriptedCall {
+        number,
+        name,
+        args,
+        error,
+        parent,
+        result_bytes,
+    } = call;
     let mut tool = ToolCall {
         tool_call_id: format!("call_{}_{}_{number}", request.run_id, request.attempt),
         tool_name: name.to_owned(),
@@ -383,10 +433,10 @@ async fn call_tool(
     let use_line =
         json!({"type": "tool_use", "id": tool.tool_call_id, "name": name, "input": args});
     transcript_line(events, use_line).await?;
-    let result = if error {
-        format!("error:{name}")
-    } else {
-        format!("ok:{name}")
+    let result = match result_bytes {
+        Some(bytes) => big_text(bytes),
+        None if error => format!("error:{name}"),
+        None => format!("ok:{name}"),
     };
     let result_line = json!({"type": "tool_result", "tool_use_id": tool.tool_call_id, "content": result, "is_error": error});
     transcript_line(events, result_line).await?;
@@ -427,7 +477,9 @@ async fn compact_turn(
 
 /// The turn's answer: the scripted JSON or reply, the history, or an echo.
 fn answer(script: &Script, request: &TurnRequest) -> Result<String, HarnessError> {
-    Ok(if let Some(json) = &script.json {
+    Ok(if let Some(bytes) = script.big {
+        big_text(bytes)
+    } else if let Some(json) = &script.json {
         json_text(json, "json")?
     } else if let Some(reply) = &script.reply {
         reply.clone()

@@ -1,7 +1,8 @@
 //! Issue 32 (the first hour of a new user), on the real binary: the rough edges a
 //! newcomer hit, each fixed with a check that failed before. Items: 3 (`GET /`), 7 (a
 //! negative `last_event_index`), 8 (a message of only whitespace), 12 (what `runs
-//! cancel` says), 13 (the CLI's `401` names the key's variable).
+//! cancel` says), 10 (`/big BYTES` as `docs/CONFIG.md` documents it), 13 (the CLI's
+//! `401` names the key's variable).
 
 use serde_json::Value;
 use turnstile_tests::{Server, http_client, lossy, post_form, turnstile_env as cli};
@@ -123,4 +124,30 @@ async fn the_clis_401_names_the_variable_it_reads_32() {
         said.contains("the key in TURNSTILE_API_KEY is not the server's"),
         "{said}"
     );
+}
+
+#[tokio::test]
+async fn the_documented_big_directive_makes_large_replies_and_results_32() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let run: Value = post_form(
+        &server,
+        "/agents/scripted/runs",
+        &[
+            ("message", "/tool Read {}\n/big 300000"),
+            ("stream", "false"),
+        ],
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(run["status"], "COMPLETED", "{}", run["content"]);
+    assert_eq!(run["content"].as_str().unwrap().len(), 300_000);
+    assert_eq!(run["tools"][0]["result"].as_str().unwrap().len(), 300_000);
+    let documented = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/CONFIG.md"),
+    )
+    .unwrap();
+    assert!(documented.contains("`/big BYTES`"));
 }
