@@ -403,4 +403,11 @@ pub trait Harness: Send + Sync + 'static {
     /// Stops whatever the harness keeps running between turns (warm CLI processes);
     /// the runtime calls it when it shuts down.
     fn shutdown(&self) {}
+
+    /// Whether this harness can run a turn with this message at all, checked when the
+    /// request arrives so that nothing is recorded for one that cannot (the scripted
+    /// harness's directives); `Err` says why, naming the line.
+    fn check_message(&self, _message: &str) -> Result<(), String> {
+        Ok(())
+    }
 }

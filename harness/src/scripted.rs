@@ -146,65 +146,77 @@ fn parse(message: &str) -> Result<Script, HarnessError> {
     script
         .prose
         .extend(message[..acting_from].lines().map(str::to_owned));
-    for line in message[acting_from..].lines() {
+    let before = message[..acting_from].lines().count();
+    for (offset, line) in message[acting_from..].lines().enumerate() {
         let Some(directive) = line.strip_prefix('/') else {
             script.prose.push(line.to_owned());
             continue;
         };
         script.has_directive = true;
         let (name, rest) = directive.split_once(' ').unwrap_or((directive, ""));
-        let rest = rest.trim();
-        match name {
-            "reply" => script.reply = Some(rest.to_owned()),
-            "big" => {
-                let bytes = big_bytes(rest)?;
-                script.big = Some(bytes);
-                if let Some(Step::Tool { result_bytes, .. }) = script.steps.last_mut() {
-                    *result_bytes = Some(bytes);
-                }
-            }
-            "tool" | "tool-error" => {
-                let (tool, args) = rest.split_once(' ').unwrap_or((rest, "{}"));
-                if tool.is_empty() {
-                    return Err(invalid(format!("/{name} needs a tool name")));
-                }
-                script.steps.push(Step::Tool {
-                    name: tool.to_owned(),
-                    args: json_text(args, name)?,
-                    error: name == "tool-error",
-                    parent: None,
-                    result_bytes: None,
-                });
-            }
-            "subagent" => {
-                let mut parts = rest.splitn(3, ' ');
-                let (Some(parent), Some(tool)) = (parts.next(), parts.next()) else {
-                    return Err(invalid("/subagent needs PARENT_ID NAME JSON".into()));
-                };
-                script.steps.push(Step::Tool {
-                    name: tool.to_owned(),
-                    args: json_text(parts.next().unwrap_or("{}"), name)?,
-                    error: false,
-                    parent: Some(parent.to_owned()),
-                    result_bytes: None,
-                });
-            }
-            "sleep" => {
-                let ms: u64 = rest
-                    .parse()
-                    .map_err(|_| invalid(format!("/sleep needs milliseconds, got {rest:?}")))?;
-                script.steps.push(Step::Sleep(Duration::from_millis(ms)));
-            }
-            "fail" => script.steps.push(fail_step(rest)?),
-            "json" => script.json = Some(rest.to_owned()),
-            "usage" => script.usage = Some(usage_of(rest)?),
-            "history" => script.history = true,
-            "compact" => script.compact = true,
-            "lost-session" => script.lost_session = true,
-            other => return Err(invalid(format!("unknown directive /{other}"))),
-        }
+        apply_directive(&mut script, name, rest.trim()).map_err(|error| match error {
+            HarnessError::Failed { kind, message } => HarnessError::Failed {
+                kind,
+                message: format!("line {}: {message}", before + offset + 1),
+            },
+            other => other,
+        })?;
     }
     Ok(script)
+}
+
+/// One directive of a message: what it adds to the script.
+fn apply_directive(script: &mut Script, name: &str, rest: &str) -> Result<(), HarnessError> {
+    match name {
+        "reply" => script.reply = Some(rest.to_owned()),
+        "big" => {
+            let bytes = big_bytes(rest)?;
+            script.big = Some(bytes);
+            if let Some(Step::Tool { result_bytes, .. }) = script.steps.last_mut() {
+                *result_bytes = Some(bytes);
+            }
+        }
+        "tool" | "tool-error" => {
+            let (tool, args) = rest.split_once(' ').unwrap_or((rest, "{}"));
+            if tool.is_empty() {
+                return Err(invalid(format!("/{name} needs a tool name")));
+            }
+            script.steps.push(Step::Tool {
+                name: tool.to_owned(),
+                args: json_text(args, name)?,
+                error: name == "tool-error",
+                parent: None,
+                result_bytes: None,
+            });
+        }
+        "subagent" => {
+            let mut parts = rest.splitn(3, ' ');
+            let (Some(parent), Some(tool)) = (parts.next(), parts.next()) else {
+                return Err(invalid("/subagent needs PARENT_ID NAME JSON".into()));
+            };
+            script.steps.push(Step::Tool {
+                name: tool.to_owned(),
+                args: json_text(parts.next().unwrap_or("{}"), name)?,
+                error: false,
+                parent: Some(parent.to_owned()),
+                result_bytes: None,
+            });
+        }
+        "sleep" => {
+            let ms: u64 = rest
+                .parse()
+                .map_err(|_| invalid(format!("/sleep needs milliseconds, got {rest:?}")))?;
+            script.steps.push(Step::Sleep(Duration::from_millis(ms)));
+        }
+        "fail" => script.steps.push(fail_step(rest)?),
+        "json" => script.json = Some(rest.to_owned()),
+        "usage" => script.usage = Some(usage_of(rest)?),
+        "history" => script.history = true,
+        "compact" => script.compact = true,
+        "lost-session" => script.lost_session = true,
+        other => return Err(invalid(format!("unknown directive /{other}"))),
+    }
+    Ok(())
 }
 
 /// How `/history` names a user message: its first line of prose, or `(directives)`.
@@ -495,6 +507,14 @@ fn answer(script: &Script, request: &TurnRequest) -> Result<String, HarnessError
 }
 
 impl Harness for ScriptedHarness {
+    fn check_message(&self, message: &str) -> Result<(), String> {
+        match parse(message) {
+            Ok(_) => Ok(()),
+            Err(HarnessError::Failed { message, .. }) => Err(message),
+            Err(other) => Err(other.to_string()),
+        }
+    }
+
     fn info(&self) -> HarnessInfo {
         HarnessInfo {
             sdk: "scripted".into(),

@@ -1,7 +1,8 @@
 //! Issue 32 (the first hour of a new user), on the real binary: the rough edges a
 //! newcomer hit, each fixed with a check that failed before. Items: 3 (`GET /`), 7 (a
 //! negative `last_event_index`), 8 (a message of only whitespace), 12 (what `runs
-//! cancel` says), 10 (`/big BYTES` as `docs/CONFIG.md` documents it), 13 (the CLI's
+//! cancel` says), 10 (`/big BYTES` as `docs/CONFIG.md` documents it), 11 (a message the
+//! scripted harness cannot run is refused before anything is recorded), 13 (the CLI's
 //! `401` names the key's variable).
 
 use serde_json::Value;
@@ -150,4 +151,33 @@ async fn the_documented_big_directive_makes_large_replies_and_results_32() {
     )
     .unwrap();
     assert!(documented.contains("`/big BYTES`"));
+}
+
+#[tokio::test]
+async fn a_message_the_scripted_harness_cannot_run_is_422_and_records_nothing_32() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let response = post_form(
+        &server,
+        "/agents/scripted/runs",
+        &[
+            ("message", "please look at\n/etc/hosts"),
+            ("session_id", "never"),
+            ("stream", "false"),
+        ],
+    )
+    .await;
+    assert_eq!(response.status().as_u16(), 422);
+    let body: Value = response.json().await.unwrap();
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("line 2") && detail.contains("/etc/hosts"),
+        "{detail}"
+    );
+    let session = http_client()
+        .get(server.url("/sessions/never"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(session.status().as_u16(), 404, "nothing was recorded");
 }

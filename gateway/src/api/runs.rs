@@ -121,6 +121,9 @@ pub(super) async fn create_run(
             "message is longer than {MESSAGE_BYTES_MAX} bytes"
         )));
     }
+    if let Err(reason) = agent.harness.check_message(message) {
+        return Err(ApiError::Unprocessable(format!("message: {reason}")));
+    }
     let stream = body.stream.unwrap_or(true);
     let background = body.background.unwrap_or(false);
     let session_id = body
