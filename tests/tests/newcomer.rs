@@ -1,5 +1,6 @@
 //! Issue 32 (the first hour of a new user), on the real binary: the rough edges a
-//! newcomer hit, each fixed with a check that failed before. Items: 3 (`GET /`), 7 (a
+//! newcomer hit, each fixed with a check that failed before. Items: 3 (`GET /`), 4
+//! (`--version` and `--help`), 7 (a
 //! negative `last_event_index`), 8 (a message of only whitespace), 12 (what `runs
 //! cancel` says), 10 (`/big BYTES` as `docs/CONFIG.md` documents it), 11 (a message the
 //! scripted harness cannot run is refused before anything is recorded), 13 (the CLI's
@@ -180,4 +181,18 @@ async fn a_message_the_scripted_harness_cannot_run_is_422_and_records_nothing_32
         .await
         .unwrap();
     assert_eq!(session.status().as_u16(), 404, "nothing was recorded");
+}
+
+#[test]
+fn version_and_help_speak_to_a_user_32() {
+    let version = cli(&["--version"], &[]);
+    let version = lossy(&version.stdout);
+    assert!(version.starts_with("turnstile "), "{version}");
+    assert!(!version.contains("0.0.0"), "{version}");
+    let help = cli(&["--help"], &[]);
+    let help = lossy(&help.stdout);
+    let first = help.lines().next().unwrap_or_default();
+    assert!(first.contains("durable sessions"), "{first}");
+    assert!(!help.contains("axum"), "{help}");
+    assert!(help.contains("turnstile serve"), "{help}");
 }

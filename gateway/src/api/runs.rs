@@ -109,21 +109,7 @@ pub(super) async fn create_run(
     // The output schema's bound is checked on its text, before it is parsed.
     fields.bounded("output_schema", OUTPUT_SCHEMA_BYTES_MAX)?;
     let body: RunRequest = fields.typed()?;
-    let message = body.message.as_str();
-    // An empty message is refused by its form; one of only whitespace asks nothing (#32).
-    if message.trim().is_empty() {
-        return Err(ApiError::Unprocessable(
-            "message must hold some text, not only whitespace".into(),
-        ));
-    }
-    if message.len() > MESSAGE_BYTES_MAX {
-        return Err(ApiError::Unprocessable(format!(
-            "message is longer than {MESSAGE_BYTES_MAX} bytes"
-        )));
-    }
-    if let Err(reason) = agent.harness.check_message(message) {
-        return Err(ApiError::Unprocessable(format!("message: {reason}")));
-    }
+    check_message(agent, &body.message)?;
     let stream = body.stream.unwrap_or(true);
     let background = body.background.unwrap_or(false);
     let session_id = body
@@ -185,6 +171,25 @@ pub(super) async fn create_run(
         Err(refused) => return Err(refused.into()),
     };
     respond_run(&state, handle, stream, background, (&agent.id, &agent_name)).await
+}
+
+/// A run's message: some text (an empty one is refused by its form; one of only
+/// whitespace asks nothing, #32), within its bound, and one the agent's harness can run.
+fn check_message(agent: &turnstile_actors::AgentSpec, message: &str) -> Result<(), ApiError> {
+    if message.trim().is_empty() {
+        return Err(ApiError::Unprocessable(
+            "message must hold some text, not only whitespace".into(),
+        ));
+    }
+    if message.len() > MESSAGE_BYTES_MAX {
+        return Err(ApiError::Unprocessable(format!(
+            "message is longer than {MESSAGE_BYTES_MAX} bytes"
+        )));
+    }
+    if let Err(reason) = agent.harness.check_message(message) {
+        return Err(ApiError::Unprocessable(format!("message: {reason}")));
+    }
+    Ok(())
 }
 
 /// The first of `audio` and `videos` that holds items (which this harness does not

@@ -18,9 +18,20 @@ use std::process::ExitCode;
 mod journal;
 mod remote;
 
+/// What `turnstile --help` opens with: what the tool is for, for a user.
+const ABOUT: &str = "turnstile runs coding-agent CLIs (or a scripted harness) as durable sessions: \
+every turn is journaled, runs survive restarts, and agno's AgentOS API drives them.";
+
+/// The first steps, under `turnstile --help`.
+const FIRST_STEPS: &str = "Start a server on 127.0.0.1:7777 with the default configuration:
+  turnstile serve
+Then open http://127.0.0.1:7777/ui, or run a turn:
+  curl -d message=hello -d stream=false http://127.0.0.1:7777/agents/scripted/runs
+Configuration: turnstile serve --print-config (docs/CONFIG.md).";
+
 /// turnstile: durable coding-agent sessions.
 #[derive(Debug, Parser)]
-#[command(name = "turnstile", version, about)]
+#[command(name = "turnstile", version, about = ABOUT, after_help = FIRST_STEPS)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
