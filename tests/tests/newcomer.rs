@@ -1,6 +1,6 @@
 //! Issue 32 (the first hour of a new user), on the real binary: the rough edges a
 //! newcomer hit, each fixed with a check that failed before. Items: 3 (`GET /`), 4
-//! (`--version` and `--help`), 7 (a
+//! (`--version` and `--help`), 5 (request log lines with fields), 7 (a
 //! negative `last_event_index`), 8 (a message of only whitespace), 12 (what `runs
 //! cancel` says), 10 (`/big BYTES` as `docs/CONFIG.md` documents it), 11 (a message the
 //! scripted harness cannot run is refused before anything is recorded), 13 (the CLI's
@@ -195,4 +195,49 @@ fn version_and_help_speak_to_a_user_32() {
     assert!(first.contains("durable sessions"), "{first}");
     assert!(!help.contains("axum"), "{help}");
     assert!(help.contains("turnstile serve"), "{help}");
+}
+
+#[tokio::test]
+async fn json_request_logs_carry_fields_32() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), &["--log-format", "json"]);
+    let run: Value = post_form(
+        &server,
+        "/agents/scripted/runs",
+        &[
+            ("message", "hello"),
+            ("session_id", "logged"),
+            ("stream", "false"),
+        ],
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let run_id = run["run_id"].as_str().unwrap().to_owned();
+    let read = http_client()
+        .get(server.url(&format!("/agents/scripted/runs/{run_id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.status().as_u16(), 200);
+    let logs = server.terminate_logs();
+    let lines: Vec<Value> = logs
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| line["target"] == "turnstile::http")
+        .collect();
+    let read_line = lines
+        .iter()
+        .find(|line| line["fields"]["run_id"] == run_id.as_str())
+        .unwrap_or_else(|| panic!("no request line names the run: {logs:#?}"));
+    let fields = &read_line["fields"];
+    assert_eq!(fields["method"], "GET", "{read_line}");
+    assert_eq!(
+        fields["path"],
+        format!("/agents/scripted/runs/{run_id}"),
+        "{read_line}"
+    );
+    assert_eq!(fields["status"], 200, "{read_line}");
+    assert!(fields["latency_ms"].is_number(), "{read_line}");
 }

@@ -137,12 +137,24 @@ async fn log_request(request: Request, next: axum::middleware::Next) -> Response
     let response = next.run(request).await;
     let status = response.status().as_u16();
     let ms = started.elapsed().as_secs_f64() * 1000.0;
+    // Fields, as a log collector reads them (`--log-format json` puts them under
+    // `fields`); the message stays the line a person reads.
+    let latency_ms = (ms * 10.0).round() / 10.0;
+    let run_id = path_id(&path, "runs");
+    let session_id = path_id(&path, "sessions");
     if status >= 500 {
-        tracing::warn!(target: "turnstile::http", "{method} {path} {status} {ms:.1} ms");
+        tracing::warn!(target: "turnstile::http", method = %method, path, status, latency_ms, run_id, session_id, "{method} {path} {status} {ms:.1} ms");
     } else {
-        tracing::info!(target: "turnstile::http", "{method} {path} {status} {ms:.1} ms");
+        tracing::info!(target: "turnstile::http", method = %method, path, status, latency_ms, run_id, session_id, "{method} {path} {status} {ms:.1} ms");
     }
     response
+}
+
+/// The path segment after `collection` (`/agents/a/runs/ID/cancel` → `ID`), if any.
+fn path_id<'a>(path: &'a str, collection: &str) -> Option<&'a str> {
+    let mut segments = path.split('/');
+    segments.find(|segment| *segment == collection)?;
+    segments.next().filter(|id| !id.is_empty())
 }
 
 /// The request's fields, read within the body deadline: a client that sends its body
