@@ -108,6 +108,9 @@ pub struct ServerConfig {
     /// **ext**: request bodies larger than this get 413, decided from `Content-Length`
     /// when present.
     pub max_request_bytes: usize,
+    /// **ext**: the longest message (and continuation input) a run takes, in bytes;
+    /// a longer one gets 422. At most `max_event_bytes` (a message is journaled whole).
+    pub max_message_bytes: usize,
     /// **ext**: seconds within which a request's headers must arrive.
     pub header_timeout_s: f64,
     /// **ext**: seconds within which a request's body must arrive (else 408).
@@ -131,6 +134,7 @@ impl Default for ServerConfig {
             sse_keepalive_s: 15.0,
             max_event_bytes: turnstile_journal::limits::EVENT_BYTES_MAX_DEFAULT,
             max_request_bytes: turnstile_journal::limits::REQUEST_BODY_BYTES_MAX,
+            max_message_bytes: turnstile_journal::limits::MESSAGE_BYTES_MAX,
             header_timeout_s: 10.0,
             body_timeout_s: 60.0,
             idle_timeout_s: 120.0,
@@ -400,6 +404,12 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "server.max_connections must be at least 1".into(),
             ));
+        }
+        if !(1..=self.server.max_event_bytes).contains(&self.server.max_message_bytes) {
+            return Err(ConfigError::Invalid(format!(
+                "server.max_message_bytes must be from 1 to server.max_event_bytes ({}) bytes",
+                self.server.max_event_bytes
+            )));
         }
         if self.server.max_request_bytes < 1024 {
             return Err(ConfigError::Invalid(

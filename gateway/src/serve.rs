@@ -91,6 +91,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         api_key,
         stored_events,
         max_request_bytes: config.server.max_request_bytes,
+        max_message_bytes: config.server.max_message_bytes,
         body_timeout: Duration::from_secs_f64(config.server.body_timeout_s),
     });
     let journal = runtime.journal();

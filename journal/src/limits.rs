@@ -78,7 +78,7 @@ pub const OUTPUT_SCHEMA_BYTES_MAX: usize = 256 * 1024;
 pub const ATTACHMENT_BYTES_MAX: usize = 3 * 1024 * 1024;
 /// Length of an `Idempotency-Key`, in bytes.
 pub const IDEMPOTENCY_KEY_BYTES_MAX: usize = 256;
-/// Message text of one run, in bytes.
+/// Message text of one run, in bytes: the default of `server.max_message_bytes`.
 pub const MESSAGE_BYTES_MAX: usize = 1024 * 1024;
 /// How often a connection checks its header and idle deadlines, in milliseconds.
 pub const CONNECTION_WATCH_MS: u64 = 250;

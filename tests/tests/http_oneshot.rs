@@ -56,6 +56,7 @@ async fn the_hostile_table_through_the_router_28() {
         api_key: None,
         stored_events: std::sync::Arc::new(config.stored_events()),
         max_request_bytes: config.server.max_request_bytes,
+        max_message_bytes: config.server.max_message_bytes,
         body_timeout: std::time::Duration::from_secs(30),
     };
     // Some state to protect.

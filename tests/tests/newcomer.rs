@@ -1,7 +1,8 @@
 //! Issue 32 (the first hour of a new user), on the real binary: the rough edges a
 //! newcomer hit, each fixed with a check that failed before. Items: 3 (`GET /`), 4
 //! (`--version` and `--help`), 5 (request log lines with fields), 7 (a
-//! negative `last_event_index`), 8 (a message of only whitespace), 12 (what `runs
+//! negative `last_event_index`), 8 (a message of only whitespace), 9 (the message's
+//! bound is a documented key), 12 (what `runs
 //! cancel` says), 10 (`/big BYTES` as `docs/CONFIG.md` documents it), 11 (a message the
 //! scripted harness cannot run is refused before anything is recorded), 13 (the CLI's
 //! `401` names the key's variable).
@@ -240,4 +241,47 @@ async fn json_request_logs_carry_fields_32() {
     );
     assert_eq!(fields["status"], 200, "{read_line}");
     assert!(fields["latency_ms"].is_number(), "{read_line}");
+}
+
+#[tokio::test]
+async fn the_message_bound_is_a_documented_config_key_32() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("turnstile.toml");
+    std::fs::write(
+        &config,
+        "[server]\nmax_message_bytes = 100\n[[agents]]\nid = \"scripted\"\nharness = \"scripted\"\n",
+    )
+    .unwrap();
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let long = "x".repeat(101);
+    let response = post_form(
+        &server,
+        "/agents/scripted/runs",
+        &[("message", long.as_str()), ("stream", "false")],
+    )
+    .await;
+    assert_eq!(response.status().as_u16(), 422);
+    let body: Value = response.json().await.unwrap();
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("server.max_message_bytes"),
+        "{body}"
+    );
+    let fits = post_form(
+        &server,
+        "/agents/scripted/runs",
+        &[("message", "x".repeat(100).as_str()), ("stream", "false")],
+    )
+    .await;
+    assert_eq!(fits.status().as_u16(), 200);
+    let documented = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/CONFIG.md"),
+    )
+    .unwrap();
+    assert!(documented.contains("`max_message_bytes`"));
 }

@@ -123,7 +123,9 @@ async fn failed_retried_recovered_and_abandoned_runs_are_logged_17() {
     let server = Server::start_with(dir.path(), &["--config", &config]);
     wait_until("recovery logged", Duration::from_secs(10), || {
         let logs = server.logs();
-        has(&logs, "run recovered") && has(&logs, "recovery: ")
+        // Not "recovery: ", which the module path `session::recovery:` of the
+        // recovered run's line also holds.
+        has(&logs, "run recovered") && has(&logs, "left open by the last stop")
     });
     let logs = server.logs();
     assert!(

@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunRequest {
-    /// The prompt (at most 1 MiB).
+    /// The prompt (at most `server.max_message_bytes`, 1 MiB by default).
     pub message: String,
     /// Answer with the run's events as SSE; `false` answers the finished run as JSON.
     #[schema(default = true)]
@@ -107,7 +107,8 @@ pub struct ContinueRequest {
     pub continue_from: Option<String>,
     /// agno's flag for a new sibling run: turnstile always continues as a new run.
     pub fork: Option<bool>,
-    /// A new user message to send after the checkpoint (at most 1 MiB).
+    /// A new user message to send after the checkpoint (at most
+    /// `server.max_message_bytes`, 1 MiB by default).
     pub input: Option<String>,
     /// As for `POST …/runs`.
     #[schema(default = true)]

@@ -54,6 +54,8 @@ pub struct AppState {
     pub stored_events: Arc<std::collections::HashMap<String, Vec<String>>>,
     /// Request bodies larger than this get 413 (`server.max_request_bytes`).
     pub max_request_bytes: usize,
+    /// Messages longer than this get 422 (`server.max_message_bytes`).
+    pub max_message_bytes: usize,
     /// A request's body must arrive within this, else 408 (`server.body_timeout_s`).
     pub body_timeout: std::time::Duration,
 }

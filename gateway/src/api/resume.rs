@@ -16,7 +16,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde_json::json;
 use turnstile_actors::{AgentSpec, ContinueFrom, ContinueRun, Multitask};
-use turnstile_journal::limits::{MESSAGE_BYTES_MAX, USER_ID_BYTES_MAX};
+use turnstile_journal::limits::USER_ID_BYTES_MAX;
 use turnstile_journal::{EventIndex, RunId};
 use turnstile_projections::{RunHead, RunView};
 
@@ -141,10 +141,11 @@ pub(super) async fn continue_run(
     let input = body.input;
     if input
         .as_ref()
-        .is_some_and(|input| input.len() > MESSAGE_BYTES_MAX)
+        .is_some_and(|input| input.len() > state.max_message_bytes)
     {
         return Err(ApiError::Unprocessable(format!(
-            "input is longer than {MESSAGE_BYTES_MAX} bytes"
+            "input is longer than {} bytes (server.max_message_bytes)",
+            state.max_message_bytes
         )));
     }
     let command = ContinueRun {

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 use turnstile_actors::{Multitask, Refused, RunHandle, StartRun};
 use turnstile_journal::limits::{
-    IDEMPOTENCY_KEY_BYTES_MAX, MESSAGE_BYTES_MAX, OUTPUT_SCHEMA_BYTES_MAX, USER_ID_BYTES_MAX,
+    IDEMPOTENCY_KEY_BYTES_MAX, OUTPUT_SCHEMA_BYTES_MAX, USER_ID_BYTES_MAX,
 };
 use turnstile_journal::{RunId, SessionId};
 use turnstile_projections::{RunHead, RunStatus, RunView};
@@ -109,7 +109,7 @@ pub(super) async fn create_run(
     // The output schema's bound is checked on its text, before it is parsed.
     fields.bounded("output_schema", OUTPUT_SCHEMA_BYTES_MAX)?;
     let body: RunRequest = fields.typed()?;
-    check_message(agent, &body.message)?;
+    check_message(agent, &body.message, state.max_message_bytes)?;
     let stream = body.stream.unwrap_or(true);
     let background = body.background.unwrap_or(false);
     let session_id = body
@@ -175,15 +175,19 @@ pub(super) async fn create_run(
 
 /// A run's message: some text (an empty one is refused by its form; one of only
 /// whitespace asks nothing, #32), within its bound, and one the agent's harness can run.
-fn check_message(agent: &turnstile_actors::AgentSpec, message: &str) -> Result<(), ApiError> {
+fn check_message(
+    agent: &turnstile_actors::AgentSpec,
+    message: &str,
+    max_bytes: usize,
+) -> Result<(), ApiError> {
     if message.trim().is_empty() {
         return Err(ApiError::Unprocessable(
             "message must hold some text, not only whitespace".into(),
         ));
     }
-    if message.len() > MESSAGE_BYTES_MAX {
+    if message.len() > max_bytes {
         return Err(ApiError::Unprocessable(format!(
-            "message is longer than {MESSAGE_BYTES_MAX} bytes"
+            "message is longer than {max_bytes} bytes (server.max_message_bytes)"
         )));
     }
     if let Err(reason) = agent.harness.check_message(message) {
