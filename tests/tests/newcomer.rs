@@ -5,7 +5,7 @@
 //! bound is a documented key), 12 (what `runs
 //! cancel` says), 10 (`/big BYTES` as `docs/CONFIG.md` documents it), 11 (a message the
 //! scripted harness cannot run is refused before anything is recorded), 13 (the CLI's
-//! `401` names the key's variable).
+//! `401` names the key's variable), 14 (a run resumed after a restart says it was retried).
 
 use serde_json::Value;
 use turnstile_tests::{Server, http_client, lossy, post_form, turnstile_env as cli};
@@ -284,4 +284,71 @@ async fn the_message_bound_is_a_documented_config_key_32() {
     )
     .unwrap();
     assert!(documented.contains("`max_message_bytes`"));
+}
+
+#[tokio::test]
+async fn a_run_resumed_after_a_restart_says_it_was_retried_32() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("turnstile.toml");
+    std::fs::write(
+        &config,
+        "[[agents]]\nid = \"scripted\"\nharness = \"scripted\"\nretries = 2\ndelay_between_retries_s = 0.0\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap().to_owned();
+    let data = dir.path().join("data");
+    let server = Server::start_with(&data, &["--config", &config]);
+    let accepted: Value = post_form(
+        &server,
+        "/agents/scripted/runs",
+        &[
+            ("message", "/tool Read {}\n/sleep 60000"),
+            ("background", "true"),
+            ("stream", "false"),
+            ("session_id", "resumed"),
+        ],
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let run_id = accepted["run_id"].as_str().unwrap().to_owned();
+    let path = format!("/agents/scripted/runs/{run_id}");
+    // Polls the run until `done` says so.
+    async fn until(server: &Server, path: &str, what: &str, done: impl Fn(&Value) -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            let run: Value = turnstile_tests::get_json(server, path).await;
+            if done(&run) {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "{what}: {run}");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+    until(&server, &path, "attempt 1 called its tool", |run| {
+        run["tools"][0]["result"] == "ok:Read"
+    })
+    .await;
+    server.kill();
+    let server = Server::start_with(&data, &["--config", &config]);
+    until(&server, &path, "attempt 2 runs", |run| {
+        run["metadata"]["attempts"] == 2
+    })
+    .await;
+    let run: Value = turnstile_tests::get_json(&server, &path).await;
+    let warnings = run["metadata"]["warnings"].as_array().unwrap();
+    assert!(
+        warnings.iter().any(|warning| warning["type"] == "retry"
+            && warning["attempt"] == 1
+            && warning["attempts"] == 3
+            && warning["error_type"] == "process_stopped"),
+        "{run}"
+    );
+    let cancel = http_client()
+        .post(server.url(&format!("{path}/cancel")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancel.status().as_u16(), 200);
 }

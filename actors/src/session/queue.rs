@@ -146,7 +146,8 @@ impl SessionActor {
     }
 
     /// The events a turn starts with, journaled with its first harness events: its
-    /// start (not again for a resumed run) and a warning that kept attachments changed.
+    /// start (not again for a resumed run, which gets a retry warning instead) and a
+    /// warning that kept attachments changed.
     fn start_events(
         &self,
         run: &RunView,
@@ -169,6 +170,28 @@ impl SessionActor {
                 RunEvent::Started {
                     model: info.model.clone(),
                     model_provider: info.model_provider.clone(),
+                },
+            ));
+            next_index = next_index.next();
+        }
+        // A run in flight when its process stopped resumes with a new attempt: a retry,
+        // said as any other between its attempts (#32).
+        if resume && run.attempts >= 1 {
+            let attempt = run.attempts;
+            let attempts = agent.retry.max_attempts();
+            events.push(identity.emitted(
+                next_index,
+                RunEvent::Warning {
+                    warning: Warning::Retry {
+                        attempt,
+                        attempts,
+                        delay_s: 0.0,
+                        error_type: "process_stopped".into(),
+                        message: format!(
+                            "The turnstile process stopped during attempt {attempt}; attempt {} of {attempts} resumes the harness session.",
+                            attempt + 1
+                        ),
+                    },
                 },
             ));
             next_index = next_index.next();
