@@ -17,6 +17,28 @@ use crate::api::{AppState, router};
 use crate::config::Config;
 use crate::listen::ListenOptions;
 
+/// What every route shares, from the configuration.
+fn app_state(
+    config: &Config,
+    runtime: &Runtime,
+    shutdown: &CancellationToken,
+    api_key: Option<std::sync::Arc<str>>,
+) -> AppState {
+    AppState {
+        runtime: runtime.clone(),
+        shutdown: shutdown.clone(),
+        sse: SseOptions {
+            shutdown: shutdown.clone(),
+            keepalive: std::time::Duration::from_secs_f64(config.server.sse_keepalive_s),
+        },
+        api_key,
+        stored_events: std::sync::Arc::new(config.stored_events()),
+        max_request_bytes: config.server.max_request_bytes,
+        max_message_bytes: config.server.max_message_bytes,
+        body_timeout: Duration::from_secs_f64(config.server.body_timeout_s),
+    }
+}
+
 /// Runs the server until a shutdown signal.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     // Auth is on when the configured environment variable holds a key; checked before
@@ -79,21 +101,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     }
     let shutdown = CancellationToken::new();
     tokio::spawn(wait_for_signal(shutdown.clone()));
-    let sse = SseOptions {
-        shutdown: shutdown.clone(),
-        keepalive: std::time::Duration::from_secs_f64(config.server.sse_keepalive_s),
-    };
-    let stored_events = std::sync::Arc::new(config.stored_events());
-    let app = router(AppState {
-        runtime: runtime.clone(),
-        shutdown: shutdown.clone(),
-        sse,
-        api_key,
-        stored_events,
-        max_request_bytes: config.server.max_request_bytes,
-        max_message_bytes: config.server.max_message_bytes,
-        body_timeout: Duration::from_secs_f64(config.server.body_timeout_s),
-    });
+    let app = router(app_state(&config, &runtime, &shutdown, api_key));
     let journal = runtime.journal();
     if journal.is_shared() {
         tracing::info!(

@@ -542,7 +542,7 @@ const LONG_FUNCTIONS: [(&str, &str, usize); 8] = [
     ("gateway/src/telemetry.rs", "apply", 145),
     ("actors/src/run/mod.rs", "drive", 130),
     ("gateway/src/api/form.rs", "read", 126),
-    ("gateway/src/serve.rs", "serve", 124),
+    ("gateway/src/serve.rs", "serve", 111),
     ("journal/src/structure.rs", "check_at", 116),
 ];
 
