@@ -1,6 +1,7 @@
 //! Issue 32 (the first hour of a new user), on the real binary: the rough edges a
 //! newcomer hit, each fixed with a check that failed before. Items: 3 (`GET /`), 4
-//! (`--version` and `--help`), 5 (request log lines with fields), 7 (a
+//! (`--version` and `--help`), 5 (request log lines with fields), 6 (a config error in
+//! `[[agents]]` names its line and key), 7 (a
 //! negative `last_event_index`), 8 (a message of only whitespace), 9 (the message's
 //! bound is a documented key), 12 (what `runs
 //! cancel` says), 10 (`/big BYTES` as `docs/CONFIG.md` documents it), 11 (a message the
@@ -351,4 +352,36 @@ async fn a_run_resumed_after_a_restart_says_it_was_retried_32() {
         .await
         .unwrap();
     assert_eq!(cancel.status().as_u16(), 200);
+}
+
+#[test]
+fn a_config_error_in_an_agent_names_its_line_and_key_32() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "[[agents]]\nid = \"a\"\nharness = \"scripted\"\n\n[[agents]]\nid = \"b\"\nharness = \"scripted\"\nretires = 2\n",
+            "line 8, key `retires`",
+        ),
+        (
+            "[[agents]]\nid = \"a\"\nharness = \"gpt\"\n",
+            "line 3, key `harness`",
+        ),
+    ];
+    for (text, said) in cases {
+        let config = dir.path().join("turnstile.toml");
+        std::fs::write(&config, text).unwrap();
+        let out = cli(
+            &[
+                "serve",
+                "--config",
+                config.to_str().unwrap(),
+                "--print-config",
+            ],
+            &[],
+        );
+        assert!(!out.status.success());
+        let stderr = lossy(&out.stderr);
+        assert!(stderr.contains(said), "{stderr}");
+        assert!(!stderr.contains("line 1, column 1"), "{stderr}");
+    }
 }
