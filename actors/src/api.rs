@@ -212,6 +212,12 @@ pub enum Refused {
         /// The session.
         session_id: SessionId,
     },
+    /// The session is being deleted: a turn for it would race the deletion.
+    #[error("Session {session_id} is being deleted; send the turn again once it is gone.")]
+    Deleting {
+        /// The session.
+        session_id: SessionId,
+    },
     /// The input cannot be accepted (an attachment name that is not a plain file name,
     /// or two files of one name).
     #[error("{reason}")]

@@ -32,7 +32,7 @@ async fn agent_runs_are_paginated_newest_first_and_follow_deletes_and_restarts_1
     let mut runs = Vec::new();
     for (session, message) in [
         ("a", "one\n/usage 10 5 0 0.5"),
-        ("b", "two\n/fail billing"),
+        ("b", "two\n/fail permanent billing"),
         ("a", "three\n/usage 1 1 0 0.25"),
         ("b", "four"),
         ("a", "five"),

@@ -92,6 +92,11 @@ impl SessionActor {
             return Err(error);
         }
         self.ensure_fresh(ctx)?;
+        if self.deleting {
+            return Ok(Err(Refused::Deleting {
+                session_id: self.session_id.clone(),
+            }));
+        }
         if self.compacting && command.multitask == Multitask::Reject {
             return Ok(Err(Refused::Compacting {
                 session_id: self.session_id.clone(),

@@ -70,6 +70,11 @@ impl SessionActor {
                 run_id: run_id.clone(),
             })));
         }
+        if self.deleting {
+            return Prepared::Answer(Ok(Err(Refused::Deleting {
+                session_id: self.session_id.clone(),
+            })));
+        }
         if self.compacting {
             return Prepared::Answer(Ok(Err(Refused::Compacting {
                 session_id: self.session_id.clone(),

@@ -21,7 +21,7 @@ impl Handler<DeleteSessionMsg> for SessionActor {
         if let Err(error) = self.ensure_fresh(ctx) {
             return Box::pin(fut::ready(Err(error)));
         }
-        if !self.state.exists() {
+        if !self.state.exists() || self.deleting {
             return Box::pin(fut::ready(Ok(Ok(false))));
         }
         if let Some(run_id) = self.busy_with() {
@@ -31,6 +31,7 @@ impl Handler<DeleteSessionMsg> for SessionActor {
             };
             return Box::pin(fut::ready(Ok(Err(refused))));
         }
+        self.deleting = true;
         let journal = self.shared.journal.clone();
         let session_id = self.session_id.clone();
         let event = Event::SessionDeleted {
@@ -43,22 +44,37 @@ impl Handler<DeleteSessionMsg> for SessionActor {
                     .await
             }
             .into_actor(self)
-            .map(|result, actor, ctx| match result {
-                Ok(Ok(records)) => {
-                    actor.apply(&records);
-                    Ok(Ok(true))
-                }
-                Ok(Err(conflict)) => {
-                    actor.stale = true;
-                    actor.heal_later(ctx);
-                    Err(RuntimeError::Conflict(conflict))
-                }
-                Err(error) => {
-                    actor.stale = true;
-                    actor.heal_later(ctx);
-                    Err(error.into())
-                }
+            .map(|result, actor, ctx| {
+                actor.deleting = false;
+                actor.answer_deletion(result, ctx)
             }),
         )
+    }
+}
+
+impl SessionActor {
+    /// Folds a deletion's records, or reads the journal again after a failed append.
+    fn answer_deletion(
+        &mut self,
+        result: turnstile_journal::AppendResult,
+        ctx: &mut Context<Self>,
+    ) -> Result<Result<bool, Refused>, RuntimeError> {
+        let actor = self;
+        match result {
+            Ok(Ok(records)) => {
+                actor.apply(&records);
+                Ok(Ok(true))
+            }
+            Ok(Err(conflict)) => {
+                actor.stale = true;
+                actor.heal_later(ctx);
+                Err(RuntimeError::Conflict(conflict))
+            }
+            Err(error) => {
+                actor.stale = true;
+                actor.heal_later(ctx);
+                Err(error.into())
+            }
+        }
     }
 }

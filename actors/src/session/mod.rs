@@ -84,6 +84,10 @@ pub(crate) struct SessionActor {
     electing: bool,
     /// A compaction is running: the session takes no turn meanwhile.
     compacting: bool,
+    /// Its `SessionDeleted` is being appended: no turn, compaction or second deletion
+    /// may be accepted meanwhile (the fault search found a turn journaled after the
+    /// deletion without the session's creation).
+    deleting: bool,
     last_active: Instant,
     /// Set when the journal could not be read: the actor refuses work rather than guess.
     broken: Option<String>,
@@ -162,6 +166,7 @@ impl SessionActor {
             in_flight: None,
             electing: false,
             compacting: false,
+            deleting: false,
             last_active: Instant::now(),
             broken: None,
             unavailable: None,

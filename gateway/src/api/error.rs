@@ -138,7 +138,7 @@ impl From<Refused> for ApiError {
             },
             Refused::QueueFull { .. } => ApiError::TooManyRequests(message),
             Refused::InvalidInput { .. } => ApiError::BadRequest(message),
-            Refused::Compacting { .. } => ApiError::Conflict {
+            Refused::Compacting { .. } | Refused::Deleting { .. } => ApiError::Conflict {
                 error_type: "session_busy",
                 message,
             },

@@ -6,6 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
+mod located;
+use located::located;
+
 use serde::{Deserialize, Serialize};
 use turnstile_actors::{AgentSpec, RetryPolicy};
 use turnstile_harness::{HarnessConfig, HarnessContext};
@@ -109,7 +112,7 @@ pub struct ServerConfig {
     /// when present.
     pub max_request_bytes: usize,
     /// **ext**: the longest message (and continuation input) a run takes, in bytes;
-    /// a longer one gets 422. At most `max_event_bytes` (a message is journaled whole).
+    /// a longer one gets 422 (one within it but over `max_event_bytes` gets 413).
     pub max_message_bytes: usize,
     /// **ext**: seconds within which a request's headers must arrive.
     pub header_timeout_s: f64,
@@ -234,53 +237,6 @@ pub enum ConfigError {
     /// A value is not acceptable.
     #[error("{0}")]
     Invalid(String),
-}
-
-/// A parse error told at the line it is about. An error inside an `[[agents]]` entry
-/// (read through the harness table, which keeps no positions) is reported by the
-/// library at the entry's header: the line of the key (or value) the message names,
-/// from that header on, is the one a user must fix.
-fn located(text: &str, error: &toml::de::Error) -> String {
-    let message = error.message();
-    let named = message.split('`').nth(1).filter(|name| !name.is_empty());
-    let (Some(span), Some(name)) = (error.span(), named) else {
-        return error.to_string();
-    };
-    // Only an error the library put on a table's header is moved to its key's line.
-    let header = text[..span.start.min(text.len())].matches('\n').count();
-    if !text
-        .lines()
-        .nth(header)
-        .is_some_and(|line| line.trim_start().starts_with('['))
-    {
-        return error.to_string();
-    }
-    let table = text
-        .lines()
-        .enumerate()
-        .skip(header + 1)
-        .take_while(|(_, line)| !line.trim_start().starts_with('['));
-    let is_key = message.starts_with("unknown field") || message.starts_with("duplicate key");
-    let found = table.clone().find(|(_, line)| {
-        let line = line.trim_start();
-        if is_key {
-            line.split('=').next().is_some_and(|key| key.trim() == name)
-        } else {
-            line.split_once('=')
-                .is_some_and(|(_, value)| value.trim().trim_matches('"') == name)
-        }
-    });
-    match found {
-        Some((index, line)) => {
-            let key = line.split('=').next().unwrap_or_default().trim();
-            format!(
-                "line {}, key `{key}`: {message}\n  {}",
-                index + 1,
-                line.trim()
-            )
-        }
-        None => error.to_string(),
-    }
 }
 
 impl Config {
@@ -452,11 +408,10 @@ impl Config {
                 "server.max_connections must be at least 1".into(),
             ));
         }
-        if !(1..=self.server.max_event_bytes).contains(&self.server.max_message_bytes) {
-            return Err(ConfigError::Invalid(format!(
-                "server.max_message_bytes must be from 1 to server.max_event_bytes ({}) bytes",
-                self.server.max_event_bytes
-            )));
+        if self.server.max_message_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "server.max_message_bytes must be at least 1 byte".into(),
+            ));
         }
         if self.server.max_request_bytes < 1024 {
             return Err(ConfigError::Invalid(
