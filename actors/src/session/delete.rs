@@ -59,20 +59,19 @@ impl SessionActor {
         result: turnstile_journal::AppendResult,
         ctx: &mut Context<Self>,
     ) -> Result<Result<bool, Refused>, RuntimeError> {
-        let actor = self;
         match result {
             Ok(Ok(records)) => {
-                actor.apply(&records);
+                self.apply(&records);
                 Ok(Ok(true))
             }
             Ok(Err(conflict)) => {
-                actor.stale = true;
-                actor.heal_later(ctx);
+                self.stale = true;
+                self.heal_later(ctx);
                 Err(RuntimeError::Conflict(conflict))
             }
             Err(error) => {
-                actor.stale = true;
-                actor.heal_later(ctx);
+                self.stale = true;
+                self.heal_later(ctx);
                 Err(error.into())
             }
         }
