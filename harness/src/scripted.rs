@@ -93,7 +93,9 @@ fn big_bytes(rest: &str) -> Result<usize, HarnessError> {
 /// `bytes` bytes of plain text (a repeated phrase, cut to length).
 fn big_text(bytes: usize) -> String {
     const PHRASE: &str = "turnstile keeps every turn. ";
-    PHRASE.repeat(bytes / PHRASE.len() + 1)[..bytes].to_owned()
+    let mut text = PHRASE.repeat(bytes / PHRASE.len() + 1);
+    text.truncate(bytes);
+    text
 }
 
 /// `/fail transient N` or `/fail permanent KIND`.

@@ -34,7 +34,7 @@ pub async fn sessions_list(
         print_json(&answer);
         return Ok(());
     }
-    let page: SessionPage = typed(&answer)?;
+    let page: SessionPage = typed(answer)?;
     let rows: Vec<Vec<String>> = page
         .data
         .iter()
@@ -68,8 +68,8 @@ pub async fn sessions_show(target: &Target, session: &str, json: bool) -> Result
         print_json(&serde_json::json!({"session": detail, "runs": runs}));
         return Ok(());
     }
-    let detail: SessionDetail = typed(&detail)?;
-    let runs: Vec<RunOutput> = typed(&runs)?;
+    let detail: SessionDetail = typed(detail)?;
+    let runs: Vec<RunOutput> = typed(runs)?;
     outln!("session   {}", detail.session_id);
     outln!("agent     {}", detail.agent_id);
     outln!("user      {}", or_dash(detail.user_id.as_deref()));
@@ -111,7 +111,7 @@ pub async fn runs_list(
         print_json(&answer);
         return Ok(());
     }
-    let page: RunPage = typed(&answer)?;
+    let page: RunPage = typed(answer)?;
     out!("{}", table(&RUN_HEADER, &run_rows(&page.data)));
     print_page(&page.meta, &format!("runs of {agent}"));
     Ok(())
@@ -131,7 +131,7 @@ pub async fn runs_show(
     if json {
         print_json(&run);
     } else {
-        print_run(&typed(&run)?);
+        print_run(&typed(run)?);
     }
     Ok(())
 }
@@ -146,12 +146,10 @@ pub async fn runs_cancel(
 ) -> Result<(), Failure> {
     let agent = target.agent_of(agent, Some(run_id)).await?;
     let path = format!("/agents/{agent}/runs/{run_id}");
-    let before: RunOutput = typed(&target.get(&path).await.map_err(|failure| match failure {
-        Failure::Refused(message) if message.ends_with("(HTTP 404)") => {
-            Failure::Refused(format!("run {run_id} not found"))
-        }
-        other => other,
-    })?)?;
+    let Some(before) = target.found(&path).await? else {
+        return Err(Failure::Refused(format!("run {run_id} not found")));
+    };
+    let before: RunOutput = typed(before)?;
     let answer = target
         .json(target.request(reqwest::Method::POST, &format!("{path}/cancel")))
         .await?;
@@ -166,7 +164,7 @@ pub async fn runs_cancel(
         );
         return Ok(());
     }
-    let after: RunOutput = typed(&target.get(&path).await?)?;
+    let after: RunOutput = typed(target.get(&path).await?)?;
     match (&*before.status, &*after.status) {
         ("PENDING", "CANCELLED") => outln!("run {run_id} was queued: removed and cancelled"),
         (_, "CANCELLED") => outln!("run {run_id} cancelled"),
@@ -264,7 +262,7 @@ pub async fn runs_continue(
     if json {
         print_json(&run);
     } else {
-        print_run(&typed(&run)?);
+        print_run(&typed(run)?);
     }
     Ok(())
 }

@@ -45,8 +45,8 @@ mod print;
 
 /// The server's answer as the type the HTTP API documents it as; a server that answers
 /// otherwise is not one this CLI can drive.
-fn typed<T: serde::de::DeserializeOwned>(answer: &Value) -> Result<T, Failure> {
-    serde_json::from_value(answer.clone()).map_err(|error| {
+fn typed<T: serde::de::DeserializeOwned>(answer: Value) -> Result<T, Failure> {
+    serde_json::from_value(answer).map_err(|error| {
         Failure::Unreachable(anyhow::anyhow!(
             "the server's answer does not read as turnstile's API: {error}"
         ))
@@ -96,11 +96,19 @@ impl Target {
             .map_err(|error| anyhow::anyhow!("cannot reach the server at {}: {error}", self.base))
     }
 
-    /// A JSON answer, or the server's refusal as an error.
-    async fn json(&self, request: reqwest::RequestBuilder) -> Result<Value, Failure> {
+    /// The answer's status and JSON body (`null` when it has none).
+    async fn exchange(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<(reqwest::StatusCode, Value), Failure> {
         let response = self.send(request).await.map_err(Failure::Unreachable)?;
         let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
+        Ok((status, response.json().await.unwrap_or(Value::Null)))
+    }
+
+    /// A JSON answer, or the server's refusal as an error.
+    async fn json(&self, request: reqwest::RequestBuilder) -> Result<Value, Failure> {
+        let (status, body) = self.exchange(request).await?;
         if status.is_success() {
             return Ok(body);
         }
@@ -109,6 +117,18 @@ impl Target {
 
     async fn get(&self, path: &str) -> Result<Value, Failure> {
         self.json(self.request(reqwest::Method::GET, path)).await
+    }
+
+    /// A `GET` whose `404` is an answer (`None`), not a refusal.
+    async fn found(&self, path: &str) -> Result<Option<Value>, Failure> {
+        let (status, body) = self
+            .exchange(self.request(reqwest::Method::GET, path))
+            .await?;
+        match status {
+            reqwest::StatusCode::NOT_FOUND => Ok(None),
+            status if status.is_success() => Ok(Some(body)),
+            status => Err(Failure::Refused(self.refusal(status, &body))),
+        }
     }
 
     /// What a refusal says: the server's `detail` and status; for a `401`, where this
@@ -143,7 +163,7 @@ impl Target {
         if let Some(agent) = agent {
             return Ok(agent);
         }
-        let agents: Vec<crate::wire::dto::Agent> = typed(&self.get("/agents").await?)?;
+        let agents: Vec<crate::wire::dto::Agent> = typed(self.get("/agents").await?)?;
         let ids: Vec<String> = agents.into_iter().map(|agent| agent.id).collect();
         if let [only] = ids.as_slice() {
             return Ok(only.clone());
