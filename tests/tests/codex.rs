@@ -124,7 +124,9 @@ async fn a_turn_streams_text_tool_calls_and_exact_metrics() {
     let input: u64 = requests.iter().map(|r| r.usage().0).sum();
     let cached: u64 = requests.iter().map(|r| r.usage().1).sum();
     let metrics = &completed["metrics"];
-    assert_eq!(metrics["input_tokens"], input - cached, "{metrics}");
+    // As agno's CodexAgent counts them: the input includes its cached part.
+    assert_eq!(metrics["input_tokens"], input, "{metrics}");
+    assert!(cached > 0 && cached < input, "{metrics}");
     assert_eq!(metrics["cache_read_tokens"], cached, "{metrics}");
     assert_eq!(metrics["output_tokens"], 21, "{metrics}");
     let models = metrics["details"]["model"].as_array().unwrap();
@@ -193,7 +195,7 @@ async fn a_thread_resumes_after_restart_passivation_and_on_another_server() {
     // The turn's usage is its own request's, not the thread's total.
     assert_eq!(
         second["metrics"]["input_tokens"],
-        request.usage().0 - request.usage().1,
+        request.usage().0,
         "{second}"
     );
 

@@ -20,7 +20,7 @@ turnstile_tests::on_both_backends!(
     a_cancelled_queued_run_never_reaches_the_harness,
     transient_failures_are_retried_on_the_same_run_and_harness_session,
     permanent_failures_are_not_retried,
-    after_the_last_retry_the_error_leads_with_the_first_attempts_cause_13,
+    after_the_last_retry_the_error_says_the_last_failure_once_or_leads_with_a_different_first_13_32,
     cancelling_during_a_retry_backoff_ends_the_run_within_a_second,
     start_up_resolves_every_run_left_open,
     a_run_with_no_attempts_left_ends_with_a_reason_and_frees_its_session,
@@ -345,23 +345,38 @@ async fn permanent_failures_are_not_retried(dir: Store) {
     runtime.shutdown().await.unwrap();
 }
 
-async fn after_the_last_retry_the_error_leads_with_the_first_attempts_cause_13(dir: Store) {
+async fn after_the_last_retry_the_error_says_the_last_failure_once_or_leads_with_a_different_first_13_32(
+    dir: Store,
+) {
     let retry = RetryPolicy {
         retries: 1,
         delay_between_retries_s: 0.0,
         exponential_backoff: false,
     };
     let runtime = open_with(&dir, retry, 8, 100);
+    // The same failure each time (issue 32): said once, with the attempt count.
     let handle = submit(&runtime, "s", "/fail transient 5", Multitask::Reject).await;
     let view = handle.outcome().await.unwrap();
     assert_eq!((view.status, view.attempts), (RunStatus::Error, 2));
     let message = &view.error.as_ref().unwrap().1;
-    assert!(
-        message.starts_with("scripted transient failure (attempt 1 of 5 failing)"),
+    assert_eq!(
+        message, "scripted transient failure (attempt 2 of 5 failing) (attempt 2 of 2)",
         "{message}"
     );
-    assert!(
-        message.contains("attempt 2 of 2: scripted transient failure (attempt 2 of 5 failing)"),
+    // A first failure of another kind (issue 13): the first real cause leads.
+    let handle = submit(
+        &runtime,
+        "s",
+        "/fail transient 1\n/fail permanent policy",
+        Multitask::Reject,
+    )
+    .await;
+    let view = handle.outcome().await.unwrap();
+    assert_eq!((view.status, view.attempts), (RunStatus::Error, 2));
+    let message = &view.error.as_ref().unwrap().1;
+    assert_eq!(
+        message,
+        "scripted transient failure (attempt 1 of 1 failing) (attempt 1); attempt 2 of 2: scripted permanent failure: policy",
         "{message}"
     );
     runtime.shutdown().await.unwrap();

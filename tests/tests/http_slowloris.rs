@@ -1,7 +1,8 @@
 //! Issue 13, defect 3: no client behaviour holds the server. Half-sent headers, idle
 //! keep-alive connections and bodies that never arrive are closed or answered on
 //! deadlines from the configuration, and `/health` keeps answering under a slowloris of
-//! 2,000 connections, also when the server's descriptor limit is 1,024.
+//! 2,000 connections, also when the server's descriptor limit is 1,024; at that limit,
+//! connections that sent nothing make room for a request at once (issue 32).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -116,6 +117,40 @@ fn a_low_descriptor_limit_makes_connections_wait_never_fail_13() {
     let (code, took) = health(&server, Duration::from_secs(5));
     assert_eq!(code, 200);
     assert!(took < Duration::from_secs(1), "{took:?}");
+    server.terminate();
+}
+
+/// Issue 32, item 17: at the connection limit, connections that never sent a byte
+/// are closed, oldest first, to make room, so a real request is served at once
+/// instead of waiting for their header timeout.
+#[test]
+fn at_the_limit_silent_connections_make_room_for_a_request_at_once_32() {
+    more_descriptors();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "header_timeout_s = 30", "");
+    let server = Server::start_limited(
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+        1024,
+    );
+    let mut silent: Vec<TcpStream> = (0..1100)
+        .map(|_| TcpStream::connect(addr(&server)).expect("connect"))
+        .collect();
+    for _ in 0..3 {
+        let (code, took) = health(&server, Duration::from_secs(10));
+        assert_eq!(code, 200, "/health with 1,100 silent connections");
+        assert!(took < Duration::from_secs(1), "/health took {took:?}");
+    }
+    // The oldest silent connections were the ones closed; the newest still wait.
+    assert!(
+        closed(&mut silent[0], Duration::from_secs(1)),
+        "the oldest stays open"
+    );
+    assert!(
+        !closed(&mut silent[1099], Duration::from_millis(200)),
+        "the newest was closed"
+    );
+    drop(silent);
     server.terminate();
 }
 

@@ -105,6 +105,9 @@ async fn schemas_are_checked_on_entry() {
         "[]",
         // Issue 13, defect 10: a root without `"type": "object"`, as agno refuses it.
         r#"{"properties": {"a": {"type": "string"}}}"#,
+        // Issue 32, item 2: `null` is a root that is not an object, not "no schema".
+        "null",
+        r#""a string""#,
     ] {
         let response = run(&server, "hi", bad, "false").await;
         assert_eq!(response.status(), 422, "{bad}");

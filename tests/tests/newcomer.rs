@@ -385,3 +385,115 @@ fn a_config_error_in_an_agent_names_its_line_and_key_32() {
         assert!(!stderr.contains("line 1, column 1"), "{stderr}");
     }
 }
+
+#[tokio::test]
+async fn exhausted_retries_say_the_last_failure_once_with_the_attempt_count_32() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("turnstile.toml");
+    std::fs::write(
+        &config,
+        "[[agents]]\nid = \"scripted\"\nharness = \"scripted\"\nretries = 2\ndelay_between_retries_s = 0.0\n",
+    )
+    .unwrap();
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let run: Value = post_form(
+        &server,
+        "/agents/scripted/runs",
+        &[("message", "/fail transient 3"), ("stream", "false")],
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(run["status"], "ERROR", "{run}");
+    assert_eq!(
+        run["content"], "scripted transient failure (attempt 3 of 3 failing) (attempt 3 of 3)",
+        "{run}"
+    );
+}
+
+/// Item 19: the installed binary carries no debug info (128 MB with line tables, ~21 MB
+/// without), while benches and the `profiling` profile keep the line tables `perf`
+/// reads. Building a release binary here would cost minutes; the profiles decide it.
+#[test]
+fn the_installed_binary_carries_no_debug_info_but_profiling_builds_do_32() {
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    let manifest: toml::Table = std::fs::read_to_string(manifest).unwrap().parse().unwrap();
+    let profile = |name: &str| manifest["profile"][name].as_table().unwrap().clone();
+    let release = profile("release");
+    assert_eq!(release["debug"].as_bool(), Some(false), "{release:?}");
+    assert_eq!(release["strip"].as_str(), Some("debuginfo"), "{release:?}");
+    for name in ["bench", "profiling"] {
+        let profile = profile(name);
+        assert_eq!(
+            profile["debug"].as_str(),
+            Some("line-tables-only"),
+            "{name}"
+        );
+        assert_eq!(profile["strip"].as_str(), Some("none"), "{name}");
+    }
+    assert_eq!(profile("profiling")["inherits"].as_str(), Some("release"));
+}
+
+/// Item 18: requests hyper cannot parse are answered with JSON and a `detail`, as every
+/// other error, and the server goes on serving.
+#[test]
+fn protocol_refusals_are_json_with_a_detail_32() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let addr = server.base.trim_start_matches("http://").to_owned();
+    let ask = |request: &[u8]| {
+        let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        // The server may answer and close before all of a huge request is sent.
+        let _ = stream.write_all(request);
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    let long_url = format!(
+        "GET /health?{} HTTP/1.1\r\nHost: x\r\n\r\n",
+        "a".repeat(100_000)
+    );
+    let many_headers = format!(
+        "GET /health HTTP/1.1\r\nHost: x\r\n{}\r\n",
+        (0..2000)
+            .map(|n| format!("X-H{n}: v\r\n"))
+            .collect::<String>()
+    );
+    let cases: [(&[u8], &str); 4] = [
+        (long_url.as_bytes(), "414"),
+        (many_headers.as_bytes(), "431"),
+        (b"HELLO THERE\r\n\r\n", "400"),
+        (
+            b"POST /agents/scripted/runs HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\nhello",
+            "400",
+        ),
+    ];
+    for (request, status) in cases {
+        let answer = ask(request);
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+        assert!(
+            head.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{status}: {head}"
+        );
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("content-type: application/json"),
+            "{head}"
+        );
+        let body: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("{answer}"));
+        assert!(
+            body["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{body}"
+        );
+    }
+    let health = ask(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert!(health.starts_with("HTTP/1.1 200 "), "{health}");
+}

@@ -183,11 +183,7 @@ impl RunTask {
                 if let Err(error) = self.append(events, &mut records).await {
                     break self.failed("journal_error", &error, false);
                 }
-                let message = if first_cause == message {
-                    message
-                } else {
-                    format!("{first_cause} (attempt {attempt} of {max_attempts}: {message})")
-                };
+                let message = final_message(&first_cause, message, attempt, max_attempts);
                 break self.failed(kind.slug(), &message, kind.is_retryable());
             }
             let delay_s = self.policy.delay_s(attempt);
@@ -540,5 +536,24 @@ fn drain(receiver: &mut mpsc::Receiver<HarnessEvent>, batch: &mut Vec<HarnessEve
             Err(mpsc::error::TryRecvError::Empty) => return false,
             Err(mpsc::error::TryRecvError::Disconnected) => return true,
         }
+    }
+}
+
+/// What a failed run says: the last failure once, with the attempt count; when the
+/// first attempt failed otherwise (a later attempt often fails because of what the
+/// first one did), the first cause leads.
+fn final_message(first_cause: &str, last: String, attempt: u32, max_attempts: u32) -> String {
+    // Failures that differ only in their numbers (an attempt count inside the text) are one.
+    let words = |text: &str| {
+        text.chars()
+            .filter(|c| !c.is_ascii_digit())
+            .collect::<String>()
+    };
+    if attempt <= 1 {
+        last
+    } else if words(first_cause) == words(&last) {
+        format!("{last} (attempt {attempt} of {max_attempts})")
+    } else {
+        format!("{first_cause} (attempt 1); attempt {attempt} of {max_attempts}: {last}")
     }
 }

@@ -123,7 +123,14 @@ pub(super) async fn create_run(
     let user_id = bounded("user_id", body.user_id, USER_ID_BYTES_MAX)?;
     // Every malformed field is 422 before any well-formed but unsupported one is 400.
     let unsupported = unsupported_media(body.audio.as_ref(), body.videos.as_ref())?;
-    let output_schema = output_schema(body.output_schema)?;
+    // A field sent as `null` is a schema whose root is not an object (422), not no schema.
+    let sent_schema = fields
+        .text("output_schema")
+        .is_some_and(|text| !text.is_empty());
+    let output_schema = output_schema(
+        body.output_schema
+            .or(sent_schema.then_some(serde_json::Value::Null)),
+    )?;
     let attachments = attachments::parse(&fields)?;
     if let Some(kind) = unsupported {
         return Err(ApiError::BadRequest(format!(

@@ -15,8 +15,9 @@ fn usage(codex: &Codex, turn: &CodexTurn) -> Usage {
         Some(_) => after.minus(&turn.before.clone().unwrap_or_default()),
         None => Tokens::default(),
     };
-    // OpenAI counts cached tokens inside the input; the runtime's input excludes them.
-    let input = spent.input.saturating_sub(spent.cached);
+    // OpenAI counts cached tokens inside the input, and so does agno's CodexAgent:
+    // `input_tokens` is the whole input, `cache_read_tokens` the cached part of it.
+    let input = spent.input;
     let model = turn
         .model
         .clone()
