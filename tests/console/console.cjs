@@ -54,6 +54,19 @@ async function step(name, action) {
     await page.waitForSelector("#error:not([hidden])");
     const text = await page.textContent("#error");
     if (!text.includes("API key")) throw new Error(text);
+    // The banner says it all: nothing under it.
+    const under = (await page.textContent("#main")).trim();
+    if (under !== "") throw new Error(`under the banner: ${under}`);
+    // The key's placeholder is shown whole.
+    const cut = await page.evaluate(() => {
+      const input = document.getElementById("key");
+      const style = getComputedStyle(input);
+      const context = document.createElement("canvas").getContext("2d");
+      context.font = `${style.fontSize} ${style.fontFamily}`;
+      const room = input.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+      return context.measureText(input.placeholder).width - room;
+    });
+    if (cut > 0) throw new Error(`the key's placeholder is cut by ${cut}px`);
     await shot("login");
   });
 
@@ -84,6 +97,13 @@ async function step(name, action) {
     if (forks !== 1) throw new Error(`forks nested under their source: ${forks}`);
     const positions = await page.locator(".run .pos").count();
     if (positions < 5) throw new Error(`journal positions shown: ${positions}`);
+    // The compaction sits at its place in time: after the runs before it, before the
+    // turn after it (the timeline's entries are the page's direct children).
+    const order = await page.evaluate(() => [...document.querySelectorAll("#main > .run, #main > .session-item")]
+      .map((node) => node.classList.contains("compaction") ? "compaction" : node.classList.contains("run") ? "run" : "session"));
+    if (order.join(" ") !== "session run run compaction run") throw new Error(`timeline order: ${order}`);
+    const last = await page.textContent("#main > .run:last-of-type");
+    if (!last.includes("after the compaction")) throw new Error(`last run: ${last}`);
     await shot("timeline");
   });
 
@@ -102,7 +122,12 @@ async function step(name, action) {
     if (completed !== 2) throw new Error(`tool completions shown: ${completed}`);
     const text = await page.textContent("#run-status");
     if (!text.includes("COMPLETED")) throw new Error(text);
+    // A finished run offers no cancel.
+    await page.waitForSelector("#cancel", { state: "hidden" });
     await shot("run");
+    await page.goto(`${base}/ui#/run/scripted/${run.run_id}`);
+    await page.waitForSelector('li[data-event="RunCompleted"]');
+    if (await page.isVisible("#cancel")) throw new Error("a finished run offers to cancel it");
   });
 
   await step("a refusal is shown: compact while a run is in flight (409), an unknown session (404)", async () => {
@@ -118,6 +143,7 @@ async function step(name, action) {
     await page.waitForSelector("#error:not([hidden])");
     const missing = await page.textContent("#error");
     if (!missing.includes("Not found")) throw new Error(missing);
+    if ((await page.textContent("#main")).includes("Nothing to show")) throw new Error("a banner and 'Nothing to show.'");
 
     await page.goto(`${base}/ui#/run/scripted/${run.run_id}`);
     await page.waitForSelector("#cancel");
@@ -130,6 +156,20 @@ async function step(name, action) {
     await page.waitForSelector('li[data-event="RunCancelled"]');
     const after = await api(`/agents/scripted/runs/${runId}`);
     if (after.status !== "CANCELLED") throw new Error(after.status);
+    await page.waitForSelector("#cancel", { state: "hidden" });
+  });
+
+  await step("compacting from the page draws the compaction after the runs it summarises", async () => {
+    await api("/agents/scripted/runs", { message: "a second turn", session_id: "console-live", stream: "false" });
+    await page.goto(`${base}/ui#/session/console-live`);
+    await page.waitForSelector(".run");
+    await page.click("#compact");
+    await page.waitForFunction(() => (document.getElementById("compact-outcome") || {}).textContent);
+    const outcome = await page.textContent("#compact-outcome");
+    if (!outcome.includes("compaction: compacted")) throw new Error(outcome);
+    const order = await page.evaluate(() => [...document.querySelectorAll("#main > .run, #main > .session-item")]
+      .map((node) => node.classList.contains("compaction") ? "compaction" : node.classList.contains("run") ? "run" : "session"));
+    if (order.join(" ") !== "session run run compaction") throw new Error(`timeline order: ${order}`);
   });
 
   await step("metrics draw charts", async () => {

@@ -64,7 +64,8 @@ async fn post(server: &Server, path: &str, form: &[(&str, &str)]) -> Value {
     response.json().await.unwrap()
 }
 
-/// The session the page is checked against: a delegated tool call, a retry, a fork.
+/// The session the page is checked against: a delegated tool call, a retry, a fork, a
+/// compaction and a turn after it.
 async fn seed(server: &Server) {
     let nested = post(
         server,
@@ -113,6 +114,20 @@ async fn seed(server: &Server) {
     )
     .await;
     assert_eq!(forked["forked_from_run_id"], run_id, "{forked}");
+    // A compaction, then one more turn: the page draws it between the runs around it.
+    let compacted = post(server, "/agents/scripted/sessions/console-demo/compact", &[]).await;
+    assert_eq!(compacted["compacted"], true, "{compacted}");
+    let after = post(
+        server,
+        "/agents/scripted/runs",
+        &[
+            ("message", "after the compaction"),
+            ("session_id", "console-demo"),
+            ("stream", "false"),
+        ],
+    )
+    .await;
+    assert_eq!(after["status"], "COMPLETED", "{after}");
 }
 
 /// Starts the real binary with an API key, seeds a session, and has the console's

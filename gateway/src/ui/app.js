@@ -267,20 +267,33 @@ async function sessionPage(sessionId) {
     .filter((run) => (run.fork ? run.fork.from : null) === parent)
     .map((run) => runCard(run, folded, checkpoints.get(run.id) || [], childrenOf(run.id)));
   const agent = session.agent_id;
+  // The session's own records (creation, compactions) at their place in time among
+  // the runs that are not forks (a fork sits under the run it continues).
+  const timeline = folded.session.map((item) => ({ pos: item.pos,
+    node: el("div", { class: `item session-item${item.compaction ? " compaction" : ""}` }, item.text, " ", el("span", { class: "pos" }, `#${item.pos}`)) }))
+    .concat(childrenOf(null).map((node) => ({ pos: folded.runs.get(node.dataset.run).pos, node })))
+    .sort((a, b) => (a.pos ?? Infinity) - (b.pos ?? Infinity))
+    .map((entry) => entry.node);
+  const outcome = el("p", { class: "item", id: "compact-outcome", "aria-live": "polite" }, compacted.get(sessionId) || "");
+  compacted.delete(sessionId);
   main.replaceChildren(
     el("h1", {}, `Session ${session.session_id}`),
     el("p", {}, `agent ${agent} · ${session.metadata.runs} runs · ${session.total_tokens} tokens · harness session ${session.metadata.harness_session_id || "—"}`),
     el("div", { class: "controls" },
       el("button", { id: "compact", onclick: async () => {
         try {
-          const outcome = await api(`/agents/${encodeURIComponent(agent)}/sessions/${encodeURIComponent(sessionId)}/compact`, { method: "POST" });
-          clearError();
-          main.prepend(el("p", { class: "item" }, `compaction: ${outcome.status}: ${outcome.message}`));
+          const done = await api(`/agents/${encodeURIComponent(agent)}/sessions/${encodeURIComponent(sessionId)}/compact`, { method: "POST" });
+          // Drawn again, so the compaction shows at its place in the timeline.
+          compacted.set(sessionId, `compaction: ${done.status}: ${done.message}`);
+          await render();
         } catch (error) { showError(error); }
       } }, "Compact session")),
-    ...folded.session.map((item) => el("div", { class: `item${item.compaction ? " compaction" : ""}` }, item.text, " ", el("span", { class: "pos" }, `#${item.pos}`))),
-    ...childrenOf(null));
+    outcome,
+    ...timeline);
 }
+
+// What the last compaction from this page said, shown once the page is drawn again.
+const compacted = new Map();
 
 // ---- a live run ----------------------------------------------------------------
 
@@ -298,17 +311,20 @@ async function runPage(agent, runId) {
   const seen = JSON.parse(sessionStorage.getItem(stored) || "[]");
   const list = el("ol", { class: "events", id: "events", "aria-live": "polite" });
   const statusNode = el("span", { id: "run-status" }, status(run.status));
+  const ended = (value) => ["COMPLETED", "ERROR", "CANCELLED"].includes(value);
   const add = (event) => list.append(el("li", { "data-event": event.event, "data-index": event.index }, `${event.index} ${describe(event)}`));
   seen.forEach(add);
+  // Only a run that can still end offers to cancel it.
+  const cancel = el("button", { id: "cancel", hidden: ended(run.status), onclick: async () => {
+    try { await api(`/agents/${encodeURIComponent(agent)}/runs/${encodeURIComponent(runId)}/cancel`, { method: "POST" }); clearError(); }
+    catch (error) { showError(error); }
+  } }, "Cancel run");
   const input = el("input", { id: "continue-input", value: "", placeholder: "message", "aria-label": "Message to continue with" });
   main.replaceChildren(
     el("h1", {}, "Run ", el("code", {}, runId)),
     el("p", {}, "status ", statusNode, " · session ", el("a", { href: `#/session/${encodeURIComponent(run.session_id)}` }, run.session_id)),
     el("div", { class: "controls" },
-      el("button", { id: "cancel", onclick: async () => {
-        try { await api(`/agents/${encodeURIComponent(agent)}/runs/${encodeURIComponent(runId)}/cancel`, { method: "POST" }); clearError(); }
-        catch (error) { showError(error); }
-      } }, "Cancel run"),
+      cancel,
       input,
       el("button", { id: "continue", onclick: async () => {
         try {
@@ -328,6 +344,10 @@ async function runPage(agent, runId) {
     try { body = await response.json(); } catch (_) { /* not JSON */ }
     throw new ApiError(response.status, body);
   }
+  const showStatus = (value) => {
+    statusNode.replaceChildren(status(value));
+    cancel.hidden = ended(value);
+  };
   const reader = response.body.getReader();
   const decoder = new TextDecoder();
   let buffer = "";
@@ -346,7 +366,7 @@ async function runPage(agent, runId) {
       if (!dataLine) continue;
       const data = JSON.parse(dataLine.slice(6));
       if (!id) {
-        if (data.status) statusNode.replaceChildren(status(data.status));
+        if (data.status) showStatus(data.status);
         continue;
       }
       const event = { index: Number(id.slice(4)), event: data.event, data };
@@ -355,7 +375,7 @@ async function runPage(agent, runId) {
       sessionStorage.setItem(stored, JSON.stringify(seen.slice(-500)));
       add(event);
       const terminal = { RunCompleted: "COMPLETED", RunError: "ERROR", RunCancelled: "CANCELLED" }[data.event];
-      if (terminal) statusNode.replaceChildren(status(terminal));
+      if (terminal) showStatus(terminal);
     }
   }
 }
@@ -430,7 +450,8 @@ async function render() {
     else await sessionsPage(new URLSearchParams(query || ""));
   } catch (error) {
     showError(error);
-    if (!main.querySelector("h1")) main.replaceChildren(el("p", {}, "Nothing to show."));
+    // The banner says what happened; nothing stale stays under it.
+    if (!main.querySelector("h1")) main.replaceChildren();
   }
 }
 
