@@ -167,6 +167,23 @@ fn parse(message: &str) -> Result<Script, HarnessError> {
     Ok(script)
 }
 
+/// Every directive the scripted harness knows (`docs/CONFIG.md` documents each; an
+/// unknown one is refused naming these).
+pub const DIRECTIVES: [&str; 12] = [
+    "reply",
+    "tool",
+    "tool-error",
+    "subagent",
+    "sleep",
+    "fail",
+    "json",
+    "usage",
+    "history",
+    "lost-session",
+    "big",
+    "compact",
+];
+
 /// One directive of a message: what it adds to the script.
 fn apply_directive(script: &mut Script, name: &str, rest: &str) -> Result<(), HarnessError> {
     match name {
@@ -216,7 +233,12 @@ fn apply_directive(script: &mut Script, name: &str, rest: &str) -> Result<(), Ha
         "history" => script.history = true,
         "compact" => script.compact = true,
         "lost-session" => script.lost_session = true,
-        other => return Err(invalid(format!("unknown directive /{other}"))),
+        other => {
+            return Err(invalid(format!(
+                "unknown directive /{other} (the scripted harness knows /{})",
+                DIRECTIVES.join(", /")
+            )));
+        }
     }
     Ok(())
 }
@@ -549,5 +571,26 @@ impl Harness for ScriptedHarness {
             },
         };
         Box::pin(futures::future::ready(Ok(outcome)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_directive_is_one_the_parser_knows() {
+        for name in DIRECTIVES {
+            let outcome = apply_directive(&mut Script::default(), name, "");
+            if let Err(HarnessError::Failed { message, .. }) = outcome {
+                assert!(!message.contains("unknown directive"), "/{name}: {message}");
+            }
+        }
+        let Err(HarnessError::Failed { message, .. }) =
+            apply_directive(&mut Script::default(), "nosuch", "")
+        else {
+            panic!("/nosuch was taken");
+        };
+        assert!(message.contains("/reply, /tool"), "{message}");
     }
 }

@@ -115,7 +115,12 @@ async fn seed(server: &Server) {
     .await;
     assert_eq!(forked["forked_from_run_id"], run_id, "{forked}");
     // A compaction, then one more turn: the page draws it between the runs around it.
-    let compacted = post(server, "/agents/scripted/sessions/console-demo/compact", &[]).await;
+    let compacted = post(
+        server,
+        "/agents/scripted/sessions/console-demo/compact",
+        &[],
+    )
+    .await;
     assert_eq!(compacted["compacted"], true, "{compacted}");
     let after = post(
         server,

@@ -1,12 +1,17 @@
 //! Issue 32 (the first hour of a new user), on the real binary: the rough edges a
-//! newcomer hit, each fixed with a check that failed before. Items: 3 (`GET /`), 4
-//! (`--version` and `--help`), 5 (request log lines with fields), 6 (a config error in
-//! `[[agents]]` names its line and key), 7 (a
-//! negative `last_event_index`), 8 (a message of only whitespace), 9 (the message's
-//! bound is a documented key), 12 (what `runs
-//! cancel` says), 10 (`/big BYTES` as `docs/CONFIG.md` documents it), 11 (a message the
-//! scripted harness cannot run is refused before anything is recorded), 13 (the CLI's
-//! `401` names the key's variable), 14 (a run resumed after a restart says it was retried).
+//! newcomer hit, each fixed with a check that failed before. Items: 2 (`output_schema`
+//! `null`, in `http_structured.rs`), 3 (`GET /`), 4 (`--version` and `--help`), 5
+//! (request log lines with fields), 6 (a config error in `[[agents]]` names its line and
+//! key), 7 (a negative `last_event_index`), 8 (a message of only whitespace), 9 (the
+//! message's bound is a documented key), 10 (`/big BYTES` as `docs/CONFIG.md` documents
+//! it), 11 (a message the scripted harness cannot run is refused before anything is
+//! recorded), 12 (what `runs cancel` says), 13 (the CLI's `401` names the key's
+//! variable), 14 (a run resumed after a restart says it was retried), 15 (exhausted
+//! retries say the last failure once), 18 (protocol refusals are JSON), 19 (the installed
+//! binary carries no debug info). Elsewhere: 1 (Codex's `input_tokens`, `codex.rs`), 16
+//! (the console, `console.rs`), 17 (silent connections make room, `http_slowloris.rs`),
+//! the README's "Operating it" (`readme_examples.rs`), documented keys, flags and
+//! directives exist (`operator.rs`).
 
 use serde_json::Value;
 use turnstile_tests::{Server, http_client, lossy, post_form, turnstile_env as cli};

@@ -333,10 +333,8 @@ async fn addr_takes_a_host_name_17() {
     );
 }
 
-/// Every key of every table of the configuration, as `--print-config` prints it for a
-/// file that sets every optional key, is documented in `docs/CONFIG.md`.
-#[test]
-fn every_configuration_key_is_documented_17() {
+/// `--print-config` for a file that sets every optional key.
+fn printed_with_every_key() -> String {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("all.toml"),
@@ -346,6 +344,7 @@ otlp_endpoint = "http://127.0.0.1:4318"
 [journal]
 backend = "postgres"
 url = "postgres://turnstile:secret@127.0.0.1:9/turnstile"
+replica_id = "replica-a"
 
 [[agents]]
 id = "scripted"
@@ -370,10 +369,17 @@ env = { A = "b" }
 "#,
     )
     .unwrap();
-    let printed = turnstile_in_ok(
+    turnstile_in_ok(
         dir.path(),
         &["serve", "--config", "all.toml", "--print-config"],
-    );
+    )
+}
+
+/// Every key of every table of the configuration, as `--print-config` prints it for a
+/// file that sets every optional key, is documented in `docs/CONFIG.md`.
+#[test]
+fn every_configuration_key_is_documented_17() {
+    let printed = printed_with_every_key();
     let doc = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/CONFIG.md"),
     )
@@ -652,5 +658,84 @@ async fn audit_progress_is_a_bar_with_a_total_on_a_terminal_17() {
         1,
         "{}",
         lossy(&piped.stdout)
+    );
+}
+
+/// Issue 32: the other way round, every key, flag and scripted directive that
+/// `docs/CONFIG.md` documents exists: a key is printed by `--print-config` (for a file
+/// that sets every optional key), a flag is in `serve --help`, and a directive is one the
+/// scripted harness lists when it refuses an unknown one, and every one it lists is
+/// documented.
+#[tokio::test]
+async fn every_documented_key_flag_and_directive_exists_32() {
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/CONFIG.md"),
+    )
+    .unwrap();
+    // A table row's first cell, when it is one backticked name.
+    let first_cells: Vec<&str> = doc
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split_once('`').map(|(name, _)| name))
+        .collect();
+    let printed = printed_with_every_key();
+    let printed_keys: Vec<&str> = printed
+        .lines()
+        .filter_map(|line| line.split_once(" = ").map(|(key, _)| key.trim()))
+        .collect();
+    let help = lossy(&turnstile(&["serve", "--help"]).stdout);
+    let mut missing = Vec::new();
+    let (mut keys, mut flags, mut documented_directives) = (0, 0, Vec::new());
+    for cell in &first_cells {
+        if let Some(flag) = cell.strip_prefix("--") {
+            flags += 1;
+            let flag = flag.split(' ').next().unwrap();
+            if !help.contains(&format!("--{flag}")) {
+                missing.push(format!("flag --{flag}"));
+            }
+        } else if let Some(directive) = cell.strip_prefix('/') {
+            documented_directives.push(directive.split(' ').next().unwrap().to_owned());
+        } else if cell.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+            keys += 1;
+            // A table-valued key (`env`, `codex_config`) prints as its own table.
+            if !printed_keys.contains(cell) && !printed.contains(&format!(".{cell}]")) {
+                missing.push(format!("key {cell}"));
+            }
+        }
+    }
+    assert!(keys > 40 && flags >= 6, "{first_cells:?}");
+    assert!(
+        missing.is_empty(),
+        "documented but not there: {missing:?}\n{printed}\n{help}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let refused = post_form(
+        &server,
+        "/agents/scripted/runs",
+        &[("message", "/nosuch"), ("stream", "false")],
+    )
+    .await;
+    assert_eq!(refused.status().as_u16(), 422);
+    let detail = refused.json::<Value>().await.unwrap()["detail"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let known: Vec<String> = detail
+        .split_once("knows ")
+        .unwrap_or_else(|| panic!("{detail}"))
+        .1
+        .trim_end_matches(')')
+        .split(", ")
+        .map(|name| name.trim_start_matches('/').to_owned())
+        .collect();
+    documented_directives.sort();
+    documented_directives.dedup();
+    let mut known_sorted = known.clone();
+    known_sorted.sort();
+    assert_eq!(
+        documented_directives, known_sorted,
+        "docs/CONFIG.md's directives against the harness's ({detail})"
     );
 }

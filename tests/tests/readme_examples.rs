@@ -79,6 +79,7 @@ async fn every_example_of_the_readme_runs_as_written_17() {
     let bin = turnstile_bin().display().to_string();
     let mut run_id = String::new();
     let mut offline = Vec::new();
+    let mut said = Vec::new();
     for command in &commands {
         // The audit commands that read the data directory wait until the server stops.
         let is_offline = command.starts_with("turnstile journal") && !command.contains("--url")
@@ -107,6 +108,7 @@ async fn every_example_of_the_readme_runs_as_written_17() {
         let (ok, output) = run(&concrete, home.path());
         assert!(ok, "{concrete}\n{output}");
         assert!(!output.contains("HTTP/1.1 5"), "{concrete}\n{output}");
+        said.push((command.clone(), output.clone()));
         if concrete.contains("session_id=busy") {
             assert!(output.contains("409 Conflict"), "{concrete}\n{output}");
         } else if !is_cli {
@@ -125,6 +127,33 @@ async fn every_example_of_the_readme_runs_as_written_17() {
             );
         }
     }
+    operating_it_says_what_it_should(&said, &run_id);
+    // The log flags of "Operating it": one JSON object a line, a request's own fields.
+    let logged = Server::start_in(
+        home.path(),
+        &[
+            "--data-dir",
+            "logged",
+            "--log-format",
+            "json",
+            "--log-level",
+            "debug",
+        ],
+    );
+    get_json(&logged, "/health").await;
+    let lines = logged.terminate_logs();
+    let request = lines
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|line| line["fields"]["path"] == "/health")
+        .unwrap_or_else(|| panic!("no JSON request line for /health: {lines:#?}"));
+    assert_eq!(request["fields"]["status"], 200, "{request}");
+    assert!(
+        lines
+            .iter()
+            .any(|line| line.contains("\"level\":\"DEBUG\"")),
+        "--log-level debug logs nothing at debug: {lines:#?}"
+    );
     server.terminate();
     // `journal export --out FILE` before `import --in FILE`.
     offline.sort_by_key(|command| command.contains(" import "));
@@ -135,4 +164,43 @@ async fn every_example_of_the_readme_runs_as_written_17() {
     }
     assert!(home.path().join("turnstile-data").exists());
     assert!(home.path().join("imported").exists());
+}
+
+/// The README's "Operating it" commands, each present and saying what a user reads it
+/// for (not only exiting 0).
+fn operating_it_says_what_it_should(said: &[(String, String)], run_id: &str) {
+    let expected: [(&str, &[&str]); 8] = [
+        (
+            "turnstile serve --print-config",
+            &["[server]", "max_message_bytes", "[[agents]]"],
+        ),
+        ("turnstile sessions list", &["demo"]),
+        ("turnstile sessions show ID", &["demo", "scripted"]),
+        (
+            "turnstile runs list [--session ID] [--status completed]",
+            &[run_id],
+        ),
+        ("turnstile runs show RUN", &[run_id, "COMPLETED"]),
+        ("turnstile runs tail RUN [--after N]", &["RunCompleted"]),
+        (
+            "turnstile runs cancel RUN",
+            &["already ended", "nothing to cancel"],
+        ),
+        (
+            "turnstile runs continue RUN --from 3 --input 'try another way'",
+            &["COMPLETED"],
+        ),
+    ];
+    for (command, needles) in expected {
+        let (_, output) = said
+            .iter()
+            .find(|(said, _)| said == command)
+            .unwrap_or_else(|| panic!("the README no longer says `{command}`"));
+        for needle in needles {
+            assert!(
+                output.contains(needle),
+                "`{command}` does not say {needle:?}:\n{output}"
+            );
+        }
+    }
 }
