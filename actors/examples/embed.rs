@@ -32,7 +32,7 @@ async fn main() -> anyhow::Result<()> {
         session_id: None,
         user_id: None,
         message: "list the files\n/tool Bash {\"command\":\"ls\"}\n/reply done".into(),
-        options: serde_json::json!({}),
+        options: Default::default(),
         multitask: Multitask::Reject,
         idempotency_key: None,
         fork: None,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use actix::MailboxError;
 use turnstile_harness::Harness;
-use turnstile_journal::{RunId, SessionId};
+use turnstile_journal::{RunId, RunOptions, SessionId};
 use turnstile_projections::ForkPoint;
 
 use crate::run::RetryPolicy;
@@ -104,8 +104,8 @@ pub struct StartRun {
     pub user_id: Option<String>,
     /// The message.
     pub message: String,
-    /// Run options, recorded with the run (JSON object).
-    pub options: serde_json::Value,
+    /// Run options, recorded with the run (its `fork` is set from `fork` below).
+    pub options: RunOptions,
     /// Busy-session behaviour.
     pub multitask: Multitask,
     /// A client key: a repeated submission with it returns the first run.
@@ -139,8 +139,8 @@ pub struct ContinueRun {
     pub input: Option<String>,
     /// The client's user id.
     pub user_id: Option<String>,
-    /// Run options recorded with the new run (JSON object).
-    pub options: serde_json::Value,
+    /// Run options recorded with the new run.
+    pub options: RunOptions,
     /// Busy-session behaviour.
     pub multitask: Multitask,
 }

@@ -12,8 +12,6 @@ use std::sync::{Arc, Mutex};
 use turnstile_journal::{Journal, SessionId, codec};
 use turnstile_projections::{DayCounts, SessionView};
 
-pub use turnstile_projections::TOKEN_KEYS;
-
 use crate::api::RuntimeError;
 
 /// One session as the directory lists it.
@@ -40,7 +38,7 @@ pub struct DayTotals {
     pub runs: u64,
     /// Distinct users of those runs, with how many sessions name each.
     pub users: HashMap<String, u64>,
-    /// Token totals, in [`TOKEN_KEYS`] order.
+    /// Token totals, in [`turnstile_projections::DayCounts::tokens`]' order.
     pub tokens: [f64; 7],
     /// Completed runs per (model, provider).
     pub models: BTreeMap<(String, String), u64>,

@@ -29,3 +29,4 @@ pub use api::{
 pub use run::{RetryPolicy, WireEvent};
 pub use runtime::{RunHandle, Runtime};
 pub use stream::RunEvents;
+pub use turnstile_journal::{ModelMetrics, RunMetrics, RunOptions};

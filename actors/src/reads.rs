@@ -41,12 +41,13 @@ pub(crate) fn stored_run(
 }
 
 /// An earlier run of a branch, from its stored form (every earlier run of a branch has
-/// ended, so it has one); a walk back stops at a run it cannot read.
+/// ended, so it has one; one stored by an older build, which no longer decodes, is
+/// folded again and stored); a walk back stops at a run it cannot read.
 pub(crate) fn branch_run(journal: &Journal, run_id: &RunId) -> Option<RunView> {
-    stored_run(journal, run_id)
-        .ok()
-        .flatten()
-        .map(|stored| stored.run)
+    match stored_run(journal, run_id).ok().flatten() {
+        Some(stored) => Some(stored.run),
+        None => run_view(journal, run_id).ok().flatten(),
+    }
 }
 
 fn stored_session(

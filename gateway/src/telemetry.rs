@@ -304,7 +304,7 @@ impl Follower {
                         }
                     }
                     RunEvent::Completed { metrics, .. } => {
-                        run.usage = serde_json::from_str(metrics).ok();
+                        run.usage = Some(crate::wire::metrics::metrics_json(metrics));
                     }
                     _ => {}
                 }

@@ -5,7 +5,6 @@
 //! Transcript lines and text deltas are counted, not printed: the audit trail is the
 //! events, the full text is one `journal export` away.
 
-use serde_json::Value;
 use turnstile_journal::{Event, Recorded, RunEvent, RunId};
 
 fn clip(text: &str, max: usize) -> String {
@@ -86,21 +85,8 @@ fn describe(event: &Event) -> Option<String> {
             if *retryable { "retryable" } else { "permanent" },
             clip(message, 80)
         ),
-        Event::RunCompleted {
-            run_id,
-            content,
-            metrics,
-            ..
-        } => {
-            let metrics: Value = serde_json::from_str(metrics).unwrap_or_default();
-            format!(
-                "run …{} completed: \"{}\" ({} tokens in, {} out)",
-                short(run_id),
-                clip(content, 60),
-                metrics["input_tokens"],
-                metrics["output_tokens"]
-            )
-        }
+        // Said on its `Completed` run event, which carries the answer and metrics.
+        Event::RunCompleted { .. } => return None,
         Event::RunFailed {
             run_id,
             error_type,
@@ -153,6 +139,15 @@ fn describe(event: &Event) -> Option<String> {
             sha256.get(..12).unwrap_or(sha256)
         ),
         Event::RunEventEmitted { run_id, event, .. } => match event {
+            RunEvent::Completed {
+                content, metrics, ..
+            } => format!(
+                "run …{} completed: \"{}\" ({} tokens in, {} out)",
+                short(run_id),
+                clip(content, 60),
+                metrics.input_tokens,
+                metrics.output_tokens
+            ),
             RunEvent::ToolCallCompleted { tool } => {
                 let tool = &crate::wire::events::tool_json(tool);
                 format!(

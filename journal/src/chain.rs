@@ -6,7 +6,8 @@
 use crate::Error;
 use crate::codec::{self, EncodedEvent, Hash};
 use crate::event::Event;
-use crate::ids::{RunId, Seq, SessionId};
+use crate::ids::{JournalPos, RunId, Seq, SessionId};
+use crate::types::Recorded;
 
 /// Where a session's stream ends: the sequence its next record gets and the hash it
 /// links to (zeros before the first record).
@@ -30,6 +31,30 @@ pub(crate) struct Sealed {
     pub prev_hash: Hash,
     pub bytes: Vec<u8>,
     pub hash: Hash,
+}
+
+impl Sealed {
+    /// The record it is, once appended at `pos` (of the current format).
+    pub(crate) fn recorded(
+        &self,
+        pos: JournalPos,
+        session_id: &SessionId,
+        ts_us: i64,
+        size_bytes: usize,
+        event: Event,
+    ) -> Recorded {
+        Recorded {
+            pos,
+            session_id: session_id.clone(),
+            seq: self.seq,
+            ts_us,
+            prev_hash: self.prev_hash,
+            hash: self.hash,
+            size_bytes,
+            event,
+            format3: None,
+        }
+    }
 }
 
 /// Encodes an append's events (in the appender's thread: sealing only adds headers);

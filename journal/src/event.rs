@@ -1,11 +1,14 @@
 //! The typed events of the whole mission, as the journal stores them.
 //!
-//! Free-form JSON (run options, wire events, transcript lines, metrics) travels as a
-//! JSON `String`: bincode cannot decode `serde_json::Value`, internally tagged or
-//! flattened enums, so every variant here is plain and externally tagged.
+//! Run options and metrics are typed (format 4); what is free-form by nature (a
+//! transcript line, tool arguments, an output schema, a harness's extra numbers)
+//! travels as JSON `String`: bincode cannot decode `serde_json::Value`, internally tagged
+//! or flattened enums, so every variant here is plain and externally tagged. Nothing
+//! here knows agno's wire shapes: the gateway renders them.
 //!
 //! Compatibility rule: a new variant goes at the end (bincode encodes the variant
-//! index); changing or reordering an existing variant is a new format version.
+//! index); changing or reordering an existing variant is a new format version, and the
+//! old one's types are frozen (`format3.rs`) to read old records.
 
 use serde::{Deserialize, Serialize};
 
@@ -31,8 +34,8 @@ pub enum Event {
         user_id: Option<String>,
         /// The user's message.
         input: String,
-        /// Run options as JSON text (stream, background, multitask strategy, ...).
-        options: String,
+        /// How the run was asked for.
+        options: RunOptions,
     },
     /// The run left the queue and owns its session.
     RunStarted {
@@ -73,14 +76,9 @@ pub enum Event {
     },
     /// The run ended with an answer.
     RunCompleted {
-        /// The run.
+        /// The run (its answer and metrics are on its `RunEvent::Completed`, appended
+        /// with this record).
         run_id: RunId,
-        /// Final content (text, or JSON text for structured output).
-        content: String,
-        /// `str` or the output schema's title.
-        content_type: String,
-        /// Metrics as JSON text.
-        metrics: String,
     },
     /// The run ended in an error.
     RunFailed {
@@ -218,8 +216,8 @@ pub enum RunEvent {
         content: String,
         /// `str` or the output schema's title.
         content_type: String,
-        /// Metrics as JSON text (tokens, cost, timings, per model).
-        metrics: String,
+        /// Tokens, cost, timings, per model.
+        metrics: RunMetrics,
     },
     /// The run ended in an error.
     Failed {
@@ -263,6 +261,90 @@ impl RunEvent {
             RunEvent::Failed { .. } => "Failed",
             RunEvent::Cancelled { .. } => "Cancelled",
         }
+    }
+}
+
+/// How a run was asked for, recorded with it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RunOptions {
+    /// The client streams the run's events.
+    pub stream: bool,
+    /// The run was sent to the background.
+    pub background: bool,
+    /// The JSON Schema the answer must validate against, as JSON text.
+    pub output_schema: Option<String>,
+    /// Where a continuation forks the run it continues.
+    pub fork: Option<ForkPoint>,
+}
+
+/// Where a continuation forked its source run's harness session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkPoint {
+    /// The run continued from.
+    pub from_run_id: RunId,
+    /// The message boundary.
+    pub message_index: u32,
+    /// The harness session forked.
+    pub harness_session_id: String,
+    /// Lines of its transcript the fork keeps.
+    pub transcript_lines: u32,
+}
+
+/// What a completed run used: tokens, cost and timings, in all and per model.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RunMetrics {
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Tokens read from the prompt cache.
+    pub cache_read_tokens: u64,
+    /// Tokens written to the prompt cache.
+    pub cache_write_tokens: u64,
+    /// Reasoning tokens.
+    pub reasoning_tokens: u64,
+    /// Cost in US dollars, when the harness knows it.
+    pub cost_usd: Option<f64>,
+    /// Seconds from the attempt's start to its answer.
+    pub duration_s: f64,
+    /// Seconds from the attempt's start to its first piece of content, if any came.
+    pub first_token_s: Option<f64>,
+    /// Per model (at least one: the run's own model when the harness names none).
+    pub models: Vec<ModelMetrics>,
+    /// The harness's own extra numbers, as the JSON text of an object (empty: none).
+    pub additional: String,
+}
+
+/// One model's share of a run's usage.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ModelMetrics {
+    /// Model id.
+    pub id: String,
+    /// Provider.
+    pub provider: String,
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Tokens read from the prompt cache.
+    pub cache_read_tokens: u64,
+    /// Tokens written to the prompt cache.
+    pub cache_write_tokens: u64,
+    /// Cost in US dollars, when known.
+    pub cost_usd: Option<f64>,
+}
+
+impl RunMetrics {
+    /// Input plus output tokens.
+    pub fn total_tokens(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
+}
+
+impl ModelMetrics {
+    /// Input plus output tokens.
+    pub fn total_tokens(&self) -> u64 {
+        self.input_tokens + self.output_tokens
     }
 }
 

@@ -18,6 +18,7 @@ mod config;
 pub mod event;
 #[cfg(feature = "faults")]
 pub mod faults;
+pub mod format3;
 pub mod ids;
 mod journal;
 pub mod limits;
@@ -31,7 +32,9 @@ pub mod verify;
 
 pub use codec::{FORMAT_VERSION, Hash, RecordBody};
 pub use config::JournalConfig;
-pub use event::{Event, RunEvent, ToolCall, Warning};
+pub use event::{
+    Event, ForkPoint, ModelMetrics, RunEvent, RunMetrics, RunOptions, ToolCall, Warning,
+};
 pub use ids::{EventIndex, IdError, JournalPos, RunId, Seq, SessionId};
 pub use journal::Journal;
 pub use pg::PostgresOptions;

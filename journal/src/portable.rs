@@ -20,6 +20,7 @@ use crate::{Error, JournalOptions, limits};
 
 /// One exported record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawRecord")]
 pub struct ExportedRecord {
     /// Global position.
     pub pos: u64,
@@ -33,8 +34,78 @@ pub struct ExportedRecord {
     pub prev_hash: String,
     /// Hash of this record's bytes, hex.
     pub hash: String,
-    /// The event.
-    pub event: Event,
+    /// The record's format: absent for format 3 (every export before format 4 was of
+    /// format 3, and a format-3 record's line is the same as then).
+    #[serde(skip_serializing_if = "is_format3")]
+    pub format: u8,
+    /// The event, as its format writes it.
+    pub event: ExportedEvent,
+}
+
+/// A record's event in an export: the current one, or a format-3 record's as that
+/// format wrote it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum ExportedEvent {
+    /// A record of the current format.
+    Current(Event),
+    /// A record of format 3.
+    Format3(crate::format3::Event),
+}
+
+impl ExportedEvent {
+    /// The current event it means.
+    pub fn current(&self) -> Event {
+        match self {
+            ExportedEvent::Current(event) => event.clone(),
+            ExportedEvent::Format3(old) => crate::format3::upgrade(old.clone()),
+        }
+    }
+}
+
+fn is_format3(format: &u8) -> bool {
+    *format == codec::OLDEST_FORMAT_READ
+}
+
+/// A line as read, its event parsed once its format is known.
+#[derive(Deserialize)]
+struct RawRecord {
+    pos: u64,
+    session_id: SessionId,
+    seq: u64,
+    ts_us: i64,
+    prev_hash: String,
+    hash: String,
+    #[serde(default)]
+    format: Option<u8>,
+    event: serde_json::Value,
+}
+
+impl TryFrom<RawRecord> for ExportedRecord {
+    type Error = String;
+
+    fn try_from(raw: RawRecord) -> Result<Self, String> {
+        let format = raw.format.unwrap_or(codec::OLDEST_FORMAT_READ);
+        let event = match format {
+            codec::FORMAT_VERSION => ExportedEvent::Current(
+                serde_json::from_value(raw.event).map_err(|error| error.to_string())?,
+            ),
+            codec::OLDEST_FORMAT_READ => ExportedEvent::Format3(
+                serde_json::from_value(raw.event).map_err(|error| error.to_string())?,
+            ),
+            other => return Err(format!("unknown record format {other}")),
+        };
+        Ok(ExportedRecord {
+            pos: raw.pos,
+            session_id: raw.session_id,
+            seq: raw.seq,
+            ts_us: raw.ts_us,
+            prev_hash: raw.prev_hash,
+            hash: raw.hash,
+            format,
+            event,
+        })
+    }
 }
 
 fn hex(hash: &Hash) -> String {
@@ -62,7 +133,14 @@ impl ExportedRecord {
             ts_us: record.ts_us,
             prev_hash: hex(&record.prev_hash),
             hash: hex(&record.hash),
-            event: record.event.clone(),
+            format: match record.format3 {
+                Some(_) => codec::OLDEST_FORMAT_READ,
+                None => codec::FORMAT_VERSION,
+            },
+            event: match &record.format3 {
+                Some(old) => ExportedEvent::Format3((**old).clone()),
+                None => ExportedEvent::Current(record.event.clone()),
+            },
         }
     }
 
@@ -329,23 +407,28 @@ impl Checker {
                 exported.session_id, exported.seq
             ));
         }
-        let body = codec::RecordBody {
-            session_id: exported.session_id.clone(),
-            seq: Seq(exported.seq),
-            ts_us: exported.ts_us,
-            prev_hash,
-            event: exported.event,
-        };
+        let session_id = exported.session_id.clone();
+        let (seq, ts_us) = (Seq(exported.seq), exported.ts_us);
         // An event is stored apart exactly when the committer would have stored it so,
-        // so the record, and its hash, are the same.
-        let encoded = codec::encode_event(body.event.clone(), limits::EVENT_BYTES_CEILING)?;
-        let bytes = codec::encode_parts(
-            &body.session_id,
-            body.seq,
-            body.ts_us,
-            &body.prev_hash,
-            &encoded.bytes,
-        )?;
+        // in the record's own format, so the record, and its hash, are the same.
+        let (bytes, encoded) = match exported.event {
+            ExportedEvent::Current(event) => {
+                let encoded = codec::encode_event(event, limits::EVENT_BYTES_CEILING)?;
+                let bytes =
+                    codec::encode_parts(&session_id, seq, ts_us, &prev_hash, &encoded.bytes)?;
+                (bytes, encoded)
+            }
+            ExportedEvent::Format3(old) => {
+                encode_format3(&session_id, seq, ts_us, &prev_hash, &old)?
+            }
+        };
+        let body = codec::RecordBody {
+            session_id,
+            seq,
+            ts_us,
+            prev_hash,
+            event: encoded.event.clone(),
+        };
         let hash = codec::hash(&bytes);
         if unhex(&exported.hash) != Some(hash) {
             return Err(format!(
@@ -420,4 +503,44 @@ fn check_lines(
         records: checker.next_pos,
         streams: checker.heads.len() as u64,
     }))
+}
+
+/// A format-3 record encoded again from its exported event, in format 3 (so that it
+/// keeps its hash): the record's bytes, and its event as [`codec::encode_event`] gives
+/// it (stored apart exactly when format 3 stored it so).
+fn encode_format3(
+    session_id: &SessionId,
+    seq: Seq,
+    ts_us: i64,
+    prev_hash: &Hash,
+    old: &crate::format3::Event,
+) -> Result<(Vec<u8>, codec::EncodedEvent), String> {
+    let bytes =
+        bincode::serde::encode_to_vec(old, codec::event_config()).map_err(|e| e.to_string())?;
+    let (event_bytes, apart) = if bytes.len() <= limits::INLINE_EVENT_BYTES_MAX {
+        (bytes, None)
+    } else {
+        let digest = codec::hash(&bytes);
+        let reference = crate::format3::Event::StoredApart {
+            digest,
+            bytes: bytes.len() as u64,
+        };
+        let reference = bincode::serde::encode_to_vec(&reference, codec::config())
+            .map_err(|e| e.to_string())?;
+        (reference, Some((digest, bytes)))
+    };
+    let record = codec::encode_parts_as(
+        codec::OLDEST_FORMAT_READ,
+        session_id,
+        seq,
+        ts_us,
+        prev_hash,
+        &event_bytes,
+    )?;
+    let encoded = codec::EncodedEvent {
+        event: crate::format3::upgrade(old.clone()),
+        bytes: event_bytes,
+        apart,
+    };
+    Ok((record, encoded))
 }

@@ -29,6 +29,9 @@ pub struct Recorded {
     pub size_bytes: usize,
     /// The event.
     pub event: Event,
+    /// For a record of format 3, its event as that format wrote it: what an export
+    /// shows, so that importing the export writes the same bytes.
+    pub format3: Option<Box<crate::format3::Event>>,
 }
 
 /// A session's record as a reader of its events needs it: where in the stream, when,
@@ -74,7 +77,7 @@ impl Recorded {
         pos: JournalPos,
         hashing: Hashing,
     ) -> Result<Recorded, codec::DecodeError> {
-        let body = codec::decode(bytes)?;
+        let codec::Decoded { body, format3 } = codec::decode_any(bytes)?;
         Ok(Recorded {
             pos,
             session_id: body.session_id,
@@ -87,6 +90,7 @@ impl Recorded {
             },
             size_bytes: bytes.len(),
             event: body.event,
+            format3: format3.map(Box::new),
         })
     }
 
@@ -118,7 +122,14 @@ impl Recorded {
         let pos = self.pos;
         let corrupt = |reason: String| Error::Corrupt { pos, reason };
         let stored = stored.ok_or_else(|| corrupt("the event stored apart is missing".into()))?;
-        self.event = codec::decode_apart(&digest, stored).map_err(corrupt)?;
+        if self.format3.is_some() {
+            let old: crate::format3::Event =
+                codec::decode_apart_as(&digest, stored).map_err(corrupt)?;
+            self.event = crate::format3::upgrade(old.clone());
+            self.format3 = Some(Box::new(old));
+        } else {
+            self.event = codec::decode_apart(&digest, stored).map_err(corrupt)?;
+        }
         self.size_bytes += stored.len();
         Ok(self)
     }

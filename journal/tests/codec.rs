@@ -4,8 +4,8 @@
 use proptest::prelude::*;
 use turnstile_journal::codec::{self, RecordBody};
 use turnstile_journal::{
-    Event, EventIndex, Expected, Journal, JournalOptions, JournalPos, RunEvent, RunId, Seq,
-    SessionId, ToolCall, Warning,
+    Event, EventIndex, Expected, ForkPoint, Journal, JournalOptions, JournalPos, ModelMetrics,
+    RunEvent, RunId, RunMetrics, RunOptions, Seq, SessionId, ToolCall, Warning,
 };
 
 fn tool() -> ToolCall {
@@ -41,7 +41,17 @@ fn samples() -> Vec<Event> {
             agent_id: "scripted".into(),
             user_id: None,
             input: "hello".into(),
-            options: r#"{"stream":true}"#.into(),
+            options: RunOptions {
+                stream: true,
+                background: false,
+                output_schema: Some(r#"{"type":"object"}"#.into()),
+                fork: Some(ForkPoint {
+                    from_run_id: RunId::parse("run-0").unwrap(),
+                    message_index: 3,
+                    harness_session_id: "h0".into(),
+                    transcript_lines: 7,
+                }),
+            },
         },
         Event::RunStarted {
             run_id: run_id.clone(),
@@ -65,9 +75,6 @@ fn samples() -> Vec<Event> {
         },
         Event::RunCompleted {
             run_id: run_id.clone(),
-            content: "done".into(),
-            content_type: "str".into(),
-            metrics: "{}".into(),
         },
         Event::RunFailed {
             run_id: run_id.clone(),
@@ -170,7 +177,26 @@ fn samples() -> Vec<Event> {
             RunEvent::Completed {
                 content: "done".into(),
                 content_type: "str".into(),
-                metrics: "{}".into(),
+                metrics: RunMetrics {
+                    input_tokens: 120,
+                    output_tokens: 30,
+                    cache_read_tokens: 10,
+                    cache_write_tokens: 5,
+                    reasoning_tokens: 2,
+                    cost_usd: Some(0.25),
+                    duration_s: 1.5,
+                    first_token_s: Some(0.5),
+                    models: vec![ModelMetrics {
+                        id: "m".into(),
+                        provider: "p".into(),
+                        input_tokens: 120,
+                        output_tokens: 30,
+                        cache_read_tokens: 10,
+                        cache_write_tokens: 5,
+                        cost_usd: None,
+                    }],
+                    additional: r#"{"num_turns":2}"#.into(),
+                },
             },
         ),
         emitted(
@@ -237,6 +263,44 @@ fn golden_bytes_of_every_record_type() {
         })
         .collect();
     insta::assert_snapshot!(listing.join("\n"));
+}
+
+/// Format-3 records (golden bytes of `89e76eb`'s build, the snapshot before format 4)
+/// still decode, each as the current event it means: options and metrics parsed from
+/// their text, the answer and metrics kept on the run event only.
+#[test]
+fn format_3_golden_bytes_still_decode() {
+    let golden = include_str!("fixtures/format3_golden.txt");
+    let mut kinds = Vec::new();
+    for line in golden.lines().filter(|line| !line.is_empty()) {
+        let (kind, hex) = line.split_once(": ").unwrap();
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|at| u8::from_str_radix(&hex[at..at + 2], 16).unwrap())
+            .collect();
+        assert_eq!(bytes[0], 3);
+        let body = codec::decode(&bytes).unwrap_or_else(|error| panic!("{kind}: {error}"));
+        assert_eq!(body.event.kind(), kind);
+        match &body.event {
+            Event::RunQueued { options, .. } => {
+                assert!(options.stream && !options.background, "{options:?}");
+                assert_eq!(options.output_schema, None);
+            }
+            Event::RunEventEmitted {
+                event:
+                    RunEvent::Completed {
+                        metrics, content, ..
+                    },
+                ..
+            } => {
+                assert_eq!(content, "done");
+                assert_eq!(metrics, &RunMetrics::default());
+            }
+            _ => {}
+        }
+        kinds.push(kind.to_owned());
+    }
+    assert_eq!(kinds.len(), 25, "{kinds:?}");
 }
 
 /// The segment (a group commit's records and their manifest) and the session index
@@ -352,15 +416,23 @@ fn any_event() -> impl Strategy<Value = Event> {
             any_text(),
             proptest::option::of(any_text()),
             any_text(),
-            any_text()
+            any::<(bool, bool)>(),
+            proptest::option::of(any_text())
         )
             .prop_map(
-                |(run_id, agent_id, user_id, input, options)| Event::RunQueued {
-                    run_id,
-                    agent_id,
-                    user_id,
-                    input,
-                    options
+                |(run_id, agent_id, user_id, input, (stream, background), output_schema)| {
+                    Event::RunQueued {
+                        run_id,
+                        agent_id,
+                        user_id,
+                        input,
+                        options: RunOptions {
+                            stream,
+                            background,
+                            output_schema,
+                            fork: None,
+                        },
+                    }
                 }
             ),
         (any_id(), any_text(), any_text()).prop_map(|(run_id, model, model_provider)| {
@@ -401,14 +473,35 @@ fn any_event() -> impl Strategy<Value = Event> {
                 },
             }
         ),
-        (any_id(), any_text(), any_text(), any_text()).prop_map(
-            |(run_id, content, content_type, metrics)| Event::RunCompleted {
-                run_id,
-                content,
-                content_type,
-                metrics
-            }
-        ),
+        (
+            any_id(),
+            any::<u64>(),
+            any_text(),
+            any::<(u32, u32)>(),
+            any_text()
+        )
+            .prop_map(|(run_id, index, content, (input, output), model)| {
+                Event::RunEventEmitted {
+                    run_id,
+                    event_index: EventIndex(index),
+                    event: RunEvent::Completed {
+                        content,
+                        content_type: "str".into(),
+                        metrics: RunMetrics {
+                            input_tokens: u64::from(input),
+                            output_tokens: u64::from(output),
+                            cost_usd: Some(f64::from(input) / 1e6),
+                            duration_s: f64::from(output) / 1e3,
+                            models: vec![ModelMetrics {
+                                id: model,
+                                ..ModelMetrics::default()
+                            }],
+                            ..RunMetrics::default()
+                        },
+                    },
+                }
+            }),
+        any_id().prop_map(|run_id| Event::RunCompleted { run_id }),
         (any_id(), any_text(), any_text(), any::<bool>()).prop_map(
             |(run_id, error_type, message, retryable)| Event::RunFailed {
                 run_id,

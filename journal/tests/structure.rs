@@ -23,7 +23,7 @@ fn queued() -> Event {
         agent_id: "scripted".into(),
         user_id: None,
         input: "hello".into(),
-        options: "{}".into(),
+        options: Default::default(),
     }
 }
 
@@ -54,12 +54,7 @@ fn emitted(index: u64) -> Event {
 }
 
 fn completed() -> Event {
-    Event::RunCompleted {
-        run_id: run(),
-        content: "done".into(),
-        content_type: "str".into(),
-        metrics: "{}".into(),
-    }
+    Event::RunCompleted { run_id: run() }
 }
 
 /// The structural finding of a journal holding `events` in one session, if any.

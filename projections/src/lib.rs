@@ -13,10 +13,11 @@ mod stored;
 mod transcripts;
 mod views;
 
-pub use metrics::{DayCounts, ModelDetails, ModelTotals, SessionMetrics, TOKEN_KEYS};
+pub use metrics::{DayCounts, ModelDetails, ModelTotals, SessionMetrics};
 pub use session::SessionState;
 pub use stored::{RunHead, StoredRun, StoredRunHead, StoredSession};
 pub use transcripts::Transcripts;
+pub use turnstile_journal::ForkPoint;
 pub use views::{
-    AttachmentView, Checkpoint, ForkPoint, RunStatus, RunView, SessionView, ToolView, date_of_us,
+    AttachmentView, Checkpoint, RunStatus, RunView, SessionView, ToolView, date_of_us,
 };

@@ -3,6 +3,7 @@
 
 use crate::views::push_exact;
 use serde::{Deserialize, Serialize};
+use turnstile_journal::{ModelMetrics, RunMetrics};
 
 /// What one session's runs of one day add to agno's daily metrics.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -11,7 +12,8 @@ pub struct DayCounts {
     pub runs: u64,
     /// Their user ids.
     pub users: Vec<String>,
-    /// Token totals of the completed ones, in [`TOKEN_KEYS`] order.
+    /// Totals of the completed ones: input, output and total tokens, cache reads, cache
+    /// writes, reasoning tokens, and cost in US dollars, in this order.
     pub tokens: [f64; 7],
     /// Completed runs per (model, provider).
     pub models: Vec<(String, String, u64)>,
@@ -70,20 +72,18 @@ pub struct ModelTotals {
 }
 
 impl ModelDetails {
-    /// Adds one run's entry: numbers are summed, a cost only once some run had one.
-    pub(crate) fn add(&mut self, entry: &serde_json::Value) {
-        let text = |key: &str| entry[key].as_str().unwrap_or_default();
-        let (id, provider) = (text("id"), text("provider"));
+    /// Adds one run's model entry: numbers are summed, a cost only once some run had one.
+    pub(crate) fn add(&mut self, entry: &ModelMetrics) {
         let position = match self
             .model
             .iter()
-            .position(|total| total.id == id && total.provider == provider)
+            .position(|total| total.id == entry.id && total.provider == entry.provider)
         {
             Some(position) => position,
             None => {
                 let totals = ModelTotals {
-                    id: id.to_owned(),
-                    provider: provider.to_owned(),
+                    id: entry.id.clone(),
+                    provider: entry.provider.clone(),
                     ..ModelTotals::default()
                 };
                 push_exact(&mut self.model, totals);
@@ -91,60 +91,48 @@ impl ModelDetails {
             }
         };
         let total = &mut self.model[position];
-        let tokens = |key: &str| entry[key].as_u64().unwrap_or(0);
-        total.input_tokens += tokens("input_tokens");
-        total.output_tokens += tokens("output_tokens");
-        total.total_tokens += tokens("total_tokens");
-        total.cache_read_tokens += tokens("cache_read_tokens");
-        total.cache_write_tokens += tokens("cache_write_tokens");
-        if let Some(cost) = entry["cost"].as_f64() {
+        total.input_tokens += entry.input_tokens;
+        total.output_tokens += entry.output_tokens;
+        total.total_tokens += entry.total_tokens();
+        total.cache_read_tokens += entry.cache_read_tokens;
+        total.cache_write_tokens += entry.cache_write_tokens;
+        if let Some(cost) = entry.cost_usd {
             total.cost = Some(total.cost.unwrap_or(0.0) + cost);
         }
     }
 }
 
 impl SessionMetrics {
-    pub(crate) fn add(&mut self, metrics: &str) {
-        let Ok(value) = serde_json::from_str::<serde_json::Value>(metrics) else {
-            return;
-        };
-        let tokens = |key: &str| value[key].as_u64().unwrap_or(0);
-        self.input_tokens += tokens("input_tokens");
-        self.output_tokens += tokens("output_tokens");
-        self.total_tokens += tokens("total_tokens");
-        self.cache_read_tokens += tokens("cache_read_tokens");
-        self.cache_write_tokens += tokens("cache_write_tokens");
-        self.reasoning_tokens += tokens("reasoning_tokens");
-        if let Some(cost) = value["cost"].as_f64() {
+    pub(crate) fn add(&mut self, metrics: &RunMetrics) {
+        self.input_tokens += metrics.input_tokens;
+        self.output_tokens += metrics.output_tokens;
+        self.total_tokens += metrics.total_tokens();
+        self.cache_read_tokens += metrics.cache_read_tokens;
+        self.cache_write_tokens += metrics.cache_write_tokens;
+        self.reasoning_tokens += metrics.reasoning_tokens;
+        if let Some(cost) = metrics.cost_usd {
             self.cost = Some(self.cost.unwrap_or(0.0) + cost);
         }
-        for entry in value["details"]["model"].as_array().into_iter().flatten() {
-            if entry.is_object() {
-                self.details.add(entry);
-            }
+        for entry in &metrics.models {
+            self.details.add(entry);
         }
         self.runs += 1;
     }
 }
 
-/// The token keys of agno's daily `token_metrics`, in the order of [`DayCounts::tokens`].
-pub const TOKEN_KEYS: [&str; 7] = [
-    "input_tokens",
-    "output_tokens",
-    "total_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
-    "cost",
-];
-
 impl DayCounts {
-    pub(crate) fn add_completed(&mut self, metrics: &str, model: &str, provider: &str) {
-        let Ok(value) = serde_json::from_str::<serde_json::Value>(metrics) else {
-            return;
-        };
-        for (total, key) in self.tokens.iter_mut().zip(TOKEN_KEYS) {
-            *total += value[key].as_f64().unwrap_or(0.0);
+    pub(crate) fn add_completed(&mut self, metrics: &RunMetrics, model: &str, provider: &str) {
+        let added = [
+            metrics.input_tokens as f64,
+            metrics.output_tokens as f64,
+            metrics.total_tokens() as f64,
+            metrics.cache_read_tokens as f64,
+            metrics.cache_write_tokens as f64,
+            metrics.reasoning_tokens as f64,
+            metrics.cost_usd.unwrap_or(0.0),
+        ];
+        for (total, added) in self.tokens.iter_mut().zip(added) {
+            *total += added;
         }
         match self
             .models

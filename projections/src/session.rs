@@ -245,7 +245,6 @@ impl SessionState {
             return;
         };
         let ts = record.ts_us;
-        let options_json: serde_json::Value = serde_json::from_str(options).unwrap_or_default();
         if self.session.run_count == 0 {
             self.session.name = input
                 .lines()
@@ -282,10 +281,10 @@ impl SessionState {
             event_count: 0,
             queued_seq: record.seq,
             previous_run,
-            background: options_json["background"].as_bool().unwrap_or(false),
+            background: options.background,
             last_failure: None,
             warnings: Vec::new(),
-            fork: serde_json::from_value(options_json["fork"].clone()).ok(),
+            fork: options.fork.clone(),
             harness_session_id: None,
             transcript_start: 0,
             transcript_end: 0,
@@ -337,10 +336,16 @@ fn apply_run_event(run: &mut RunView, event: &RunEvent, transcript_lines: u32, t
             }
         }
         RunEvent::Warning { warning } => run.warnings.push(warning.clone()),
-        RunEvent::Started { .. }
-        | RunEvent::Completed { .. }
-        | RunEvent::Failed { .. }
-        | RunEvent::Cancelled { .. } => {}
+        RunEvent::Completed {
+            content,
+            content_type,
+            metrics,
+        } => {
+            run.content = content.clone();
+            run.content_type = content_type.clone();
+            run.metrics = Some(metrics.clone());
+        }
+        RunEvent::Started { .. } | RunEvent::Failed { .. } | RunEvent::Cancelled { .. } => {}
     }
 }
 
@@ -396,21 +401,16 @@ fn apply_run_end(
     current_lines: u32,
 ) {
     match &record.event {
-        Event::RunCompleted {
-            content,
-            content_type,
-            metrics,
-            ..
-        } => {
+        // The answer and metrics came on the run's `Completed` event, appended with
+        // this record; the session counts them once the run has ended.
+        Event::RunCompleted { .. } => {
             run.status = RunStatus::Completed;
-            run.content = content.clone();
-            run.content_type = content_type.clone();
-            run.metrics = Some(metrics.clone());
             run.transcript_end = current_lines;
-            session.metrics.add(metrics);
+            let metrics = run.metrics.clone().unwrap_or_default();
+            session.metrics.add(&metrics);
             let day = session.day_mut(date_of_us(run.created_at_us));
             day.add_completed(
-                metrics,
+                &metrics,
                 run.model.as_deref().unwrap_or_default(),
                 run.model_provider.as_deref().unwrap_or_default(),
             );

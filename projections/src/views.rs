@@ -4,7 +4,7 @@
 
 use crate::{DayCounts, SessionMetrics};
 use serde::{Deserialize, Serialize};
-use turnstile_journal::{RunId, Seq, SessionId, Warning};
+use turnstile_journal::{ForkPoint, RunId, RunMetrics, RunOptions, Seq, SessionId, Warning};
 
 /// Run status, with agno's wire names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,19 +86,6 @@ pub struct AttachmentView {
     pub sha256: String,
 }
 
-/// Where a continuation run starts: which run, which message, which transcript prefix.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct ForkPoint {
-    /// The run continued from.
-    pub from_run_id: RunId,
-    /// The message boundary.
-    pub message_index: u32,
-    /// The harness session forked.
-    pub harness_session_id: String,
-    /// Lines of its transcript the fork keeps.
-    pub transcript_lines: u32,
-}
-
 /// A run as the journal tells it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunView {
@@ -114,8 +101,8 @@ pub struct RunView {
     pub status: RunStatus,
     /// User's message.
     pub input: String,
-    /// Run options as recorded (JSON text).
-    pub options: String,
+    /// Run options as recorded.
+    pub options: RunOptions,
     /// Content so far, or the final content.
     pub content: String,
     /// `str` or a schema title.
@@ -126,8 +113,8 @@ pub struct RunView {
     pub model: Option<String>,
     /// Model provider.
     pub model_provider: Option<String>,
-    /// Metrics JSON text of a completed run.
-    pub metrics: Option<String>,
+    /// Metrics of a completed run.
+    pub metrics: Option<RunMetrics>,
     /// Error class and message of a failed run.
     pub error: Option<(String, String)>,
     /// Whether the failure was of a retryable class (agno's `retryable`).

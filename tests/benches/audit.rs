@@ -27,7 +27,7 @@ fn run_events(run: u64) -> Vec<Event> {
             agent_id: "scripted".into(),
             user_id: None,
             input: format!("turn {run}: do the thing"),
-            options: "{}".into(),
+            options: Default::default(),
         },
         Event::RunStarted {
             run_id: run_id.clone(),
@@ -40,7 +40,7 @@ fn run_events(run: u64) -> Vec<Event> {
             harness_session_id: "h".into(),
         },
     ];
-    for index in 0..16u64 {
+    for index in 0..15u64 {
         let event = if index % 4 == 1 {
             RunEvent::ToolCallCompleted {
                 tool: ToolCall {
@@ -62,12 +62,20 @@ fn run_events(run: u64) -> Vec<Event> {
             event,
         });
     }
-    events.push(Event::RunCompleted {
-        run_id,
-        content: "done".into(),
-        content_type: "str".into(),
-        metrics: r#"{"input_tokens":10,"output_tokens":5,"total_tokens":15}"#.into(),
+    events.push(Event::RunEventEmitted {
+        run_id: run_id.clone(),
+        event_index: EventIndex(15),
+        event: RunEvent::Completed {
+            content: "done".into(),
+            content_type: "str".into(),
+            metrics: turnstile_journal::RunMetrics {
+                input_tokens: 10,
+                output_tokens: 5,
+                ..Default::default()
+            },
+        },
     });
+    events.push(Event::RunCompleted { run_id });
     events
 }
 

@@ -157,7 +157,7 @@ async fn runtime_turns(runtime: &Runtime, turns: usize, skip_first: bool) -> Dur
                 session_id: Some(SessionId::parse("bench").unwrap()),
                 user_id: None,
                 message: format!("turn {n}\n@reply ok"),
-                options: serde_json::json!({}),
+                options: Default::default(),
                 multitask: Multitask::Reject,
                 idempotency_key: None,
                 fork: None,

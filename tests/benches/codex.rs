@@ -220,7 +220,7 @@ async fn runtime_turns(runtime: &Runtime, turns: usize) -> Duration {
                 session_id: Some(SessionId::parse("bench").unwrap()),
                 user_id: None,
                 message: format!("turn {n}\n@reply ok"),
-                options: json!({}),
+                options: Default::default(),
                 multitask: Multitask::Reject,
                 idempotency_key: None,
                 fork: None,

@@ -547,7 +547,10 @@ pub fn start_command(session: &str, message: &str, multitask: Multitask) -> Star
         session_id: Some(SessionId::parse(session).expect("session id")),
         user_id: None,
         message: message.into(),
-        options: serde_json::json!({"background": multitask == Multitask::Enqueue}),
+        options: turnstile_actors::RunOptions {
+            background: multitask == Multitask::Enqueue,
+            ..Default::default()
+        },
         multitask,
         idempotency_key: None,
         fork: None,

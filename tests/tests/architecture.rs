@@ -451,6 +451,55 @@ fn only_the_gateway_knows_agnos_event_json() {
     assert!(violations.is_empty(), "{violations:#?}");
 }
 
+/// agno's `RunMetrics` keys (those no provider's usage also uses): only `gateway/`
+/// renders a run's metrics in agno's shape; the journal keeps them typed.
+const AGNO_METRIC_KEYS: [&str; 9] = [
+    "\"details\"",
+    "\"time_to_first_token\"",
+    "\"additional_metrics\"",
+    "\"total_tokens\"",
+    "\"cache_read_tokens\"",
+    "\"cache_write_tokens\"",
+    "\"reasoning_tokens\"",
+    "\"duration\"",
+    "\"cost\"",
+];
+
+/// The frozen reader of record format 3, whose metrics text was in agno's shape.
+const FORMAT_3: &str = "journal/src/format3.rs";
+
+#[test]
+fn only_the_gateway_knows_agnos_metric_keys_28() {
+    let mut files = Vec::new();
+    for krate in ["journal", "projections", "harness", "actors"] {
+        rust_files(&root().join(krate).join("src"), &mut files);
+    }
+    let mut violations = Vec::new();
+    let mut format3_reads_them = false;
+    for path in &files {
+        let relative = path.strip_prefix(root()).unwrap().display().to_string();
+        let text = std::fs::read_to_string(path).unwrap();
+        for (number, line) in text.lines().enumerate() {
+            for key in AGNO_METRIC_KEYS.iter().filter(|key| line.contains(**key)) {
+                if relative == FORMAT_3 {
+                    format3_reads_them = true;
+                } else {
+                    violations.push(format!("{relative}:{}: {key}", number + 1));
+                }
+            }
+        }
+    }
+    assert!(violations.is_empty(), "{violations:#?}");
+    // The check sees the keys where they are (the frozen format-3 reader, and the
+    // gateway's rendering).
+    assert!(
+        format3_reads_them,
+        "{FORMAT_3} no longer reads format 3's metrics"
+    );
+    let rendering = std::fs::read_to_string(root().join("gateway/src/wire/metrics.rs")).unwrap();
+    assert!(AGNO_METRIC_KEYS.iter().all(|key| rendering.contains(key)));
+}
+
 /// The one place allowed `unsafe`: the allocator's collect, one call.
 const UNSAFE_ALLOWED: &str = "gateway/src/allocator.rs";
 /// What marks unsafe code (spelled apart, so that this file does not match itself).

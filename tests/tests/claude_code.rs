@@ -755,7 +755,7 @@ async fn leave_an_unresumable_session(data: &Path) -> String {
             agent_id: "claude".into(),
             user_id: None,
             input: "The secret is LIME-7.".into(),
-            options: "{}".into(),
+            options: Default::default(),
         },
         Event::RunStarted {
             run_id: run_id.clone(),
@@ -772,12 +772,16 @@ async fn leave_an_unresumable_session(data: &Path) -> String {
             harness_session_id: claude_session.clone(),
             line: bookkeeping.to_string(),
         },
-        Event::RunCompleted {
-            run_id,
-            content: "Noted the secret.".into(),
-            content_type: "str".into(),
-            metrics: "{}".into(),
+        Event::RunEventEmitted {
+            run_id: run_id.clone(),
+            event_index: turnstile_journal::EventIndex(0),
+            event: turnstile_journal::RunEvent::Completed {
+                content: "Noted the secret.".into(),
+                content_type: "str".into(),
+                metrics: Default::default(),
+            },
         },
+        Event::RunCompleted { run_id },
     ];
     journal
         .append(&SessionId::parse("lost").unwrap(), Expected::Any, events)

@@ -422,7 +422,7 @@ fn leave_open_runs(place: &JournalPlace) -> [RunId; 4] {
         agent_id: "scripted".into(),
         user_id: None,
         input: message.into(),
-        options: "{}".into(),
+        options: Default::default(),
     };
     let started = |run_id: &RunId| Event::RunStarted {
         run_id: run_id.clone(),
@@ -617,7 +617,7 @@ async fn cancelling_a_run_a_crash_left_running_ends_it_and_frees_its_session(dir
                 agent_id: "scripted".into(),
                 user_id: None,
                 input: "/tool Read {}\n/sleep 30000".into(),
-                options: "{}".into(),
+                options: Default::default(),
             },
             Event::RunStarted {
                 run_id: run_id.clone(),

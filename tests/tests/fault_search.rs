@@ -245,7 +245,7 @@ impl Search {
                 session_id: Some(session_id),
                 user_id: None,
                 message: message.into(),
-                options: serde_json::json!({}),
+                options: Default::default(),
                 multitask,
                 idempotency_key: None,
                 fork: None,
@@ -282,7 +282,7 @@ impl Search {
                     continue_from: from,
                     input: Some("/tool Read {}\n/reply continued".into()),
                     user_id: None,
-                    options: serde_json::json!({}),
+                    options: Default::default(),
                     multitask: Multitask::Enqueue,
                 };
                 if let Ok(Ok(run)) = self.runtime().continue_run(command).await {

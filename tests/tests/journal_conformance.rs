@@ -96,7 +96,7 @@ fn queued(run_id: &str, agent: &str) -> Event {
         agent_id: agent.into(),
         user_id: None,
         input: "hi".into(),
-        options: "{}".into(),
+        options: Default::default(),
     }
 }
 
@@ -111,9 +111,6 @@ fn started(run_id: &str) -> Event {
 fn completed(run_id: &str) -> Event {
     Event::RunCompleted {
         run_id: run(run_id),
-        content: "ok".into(),
-        content_type: "str".into(),
-        metrics: "{}".into(),
     }
 }
 

@@ -50,6 +50,32 @@ async fn a_format_3_journal_of_89e76eb_reads_audits_and_serves_28() {
         exported, expected,
         "the export differs from the one 89e76eb's binary made"
     );
+    // Imported, the format-3 records keep their bytes (every hash is checked), and the
+    // copy exports the same lines again.
+    turnstile_in_ok(
+        dir.path(),
+        &[
+            "journal",
+            "import",
+            "--in",
+            "export.jsonl",
+            "--data-dir",
+            "copy",
+        ],
+    );
+    turnstile_in_ok(
+        dir.path(),
+        &[
+            "journal",
+            "export",
+            "--data-dir",
+            "copy",
+            "--out",
+            "again.jsonl",
+        ],
+    );
+    let again = std::fs::read_to_string(dir.path().join("again.jsonl")).unwrap();
+    assert_eq!(again, expected, "an import of the old export changed it");
 
     let server = Server::start(&dir.path().join("data"));
     let runs = get_json(&server, "/sessions/fixture/runs").await;
@@ -90,4 +116,42 @@ async fn a_format_3_journal_of_89e76eb_reads_audits_and_serves_28() {
     )
     .await;
     assert_eq!(next["status"], "COMPLETED", "{next}");
+    assert_eq!(
+        next["metrics"]["details"]["model"][0]["provider"], "turnstile",
+        "{next}"
+    );
+    server.terminate();
+    // The journal now holds both formats: it verifies, and its export says which line is
+    // which (format-4 lines carry `"format":4`), and imports whole.
+    let verified = turnstile_in_ok(dir.path(), &["journal", "verify", "--data-dir", "data"]);
+    assert!(verified.starts_with("journal ok"), "{verified}");
+    turnstile_in_ok(
+        dir.path(),
+        &[
+            "journal",
+            "export",
+            "--data-dir",
+            "data",
+            "--out",
+            "mixed.jsonl",
+        ],
+    );
+    let mixed = std::fs::read_to_string(dir.path().join("mixed.jsonl")).unwrap();
+    assert!(mixed.starts_with(&expected), "the old lines changed");
+    let new_lines: Vec<&str> = mixed[expected.len()..].lines().collect();
+    assert!(
+        !new_lines.is_empty() && new_lines.iter().all(|line| line.contains("\"format\":4")),
+        "{new_lines:#?}"
+    );
+    turnstile_in_ok(
+        dir.path(),
+        &[
+            "journal",
+            "import",
+            "--in",
+            "mixed.jsonl",
+            "--data-dir",
+            "mixed",
+        ],
+    );
 }

@@ -33,7 +33,7 @@ fn continuation(run_id: &RunId, continue_from: ContinueFrom, input: Option<&str>
         continue_from,
         input: input.map(str::to_owned),
         user_id: None,
-        options: serde_json::json!({}),
+        options: Default::default(),
         multitask: Multitask::Reject,
     }
 }

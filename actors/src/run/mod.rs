@@ -9,7 +9,7 @@
 //! that has ended when its last events are read hands those over too: a quick turn
 //! costs two syncs (accepted; everything else), not three.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, mpsc};
@@ -17,7 +17,8 @@ use tokio_util::sync::CancellationToken;
 use turnstile_harness::{ErrorKind, Harness, HarnessError, HarnessEvent, TurnOutcome, TurnRequest};
 use turnstile_journal::limits::HARNESS_EVENTS_BUFFERED;
 use turnstile_journal::{
-    Event, EventIndex, Expected, Journal, Recorded, RunEvent, RunId, SessionId, Warning,
+    Event, EventIndex, Expected, Journal, ModelMetrics, Recorded, RunEvent, RunId, RunMetrics,
+    SessionId, Warning,
 };
 
 mod endings;
@@ -346,65 +347,60 @@ impl RunTask {
             Ok(None) => (outcome.content.clone(), "str".to_owned()),
         };
         let usage = &outcome.usage;
-        let models: Vec<Value> = if usage.models.is_empty() {
-            vec![json!({
-                "id": self.model.0,
-                "provider": self.model.1,
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-                "total_tokens": usage.input_tokens + usage.output_tokens,
-                "cache_read_tokens": usage.cache_read_tokens,
-                "cache_write_tokens": usage.cache_write_tokens,
-                "cost": usage.cost_usd,
-            })]
+        let models = if usage.models.is_empty() {
+            vec![ModelMetrics {
+                id: self.model.0.clone(),
+                provider: self.model.1.clone(),
+                input_tokens: usage.input_tokens,
+                output_tokens: usage.output_tokens,
+                cache_read_tokens: usage.cache_read_tokens,
+                cache_write_tokens: usage.cache_write_tokens,
+                cost_usd: usage.cost_usd,
+            }]
         } else {
             usage
                 .models
                 .iter()
-                .map(|model| {
-                    json!({
-                        "id": model.id,
-                        "provider": model.provider,
-                        "input_tokens": model.input_tokens,
-                        "output_tokens": model.output_tokens,
-                        "total_tokens": model.input_tokens + model.output_tokens,
-                        "cache_read_tokens": model.cache_read_tokens,
-                        "cache_write_tokens": model.cache_write_tokens,
-                        "cost": model.cost_usd,
-                    })
+                .map(|model| ModelMetrics {
+                    id: model.id.clone(),
+                    provider: model.provider.clone(),
+                    input_tokens: model.input_tokens,
+                    output_tokens: model.output_tokens,
+                    cache_read_tokens: model.cache_read_tokens,
+                    cache_write_tokens: model.cache_write_tokens,
+                    cost_usd: model.cost_usd,
                 })
                 .collect()
         };
-        let mut metrics = json!({
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-            "total_tokens": usage.input_tokens + usage.output_tokens,
-            "cache_read_tokens": usage.cache_read_tokens,
-            "cache_write_tokens": usage.cache_write_tokens,
-            "reasoning_tokens": usage.reasoning_tokens,
-            "cost": usage.cost_usd,
-            "duration": started.elapsed().as_secs_f64(),
-            "time_to_first_token": first_token,
-            "details": {"model": models},
-        });
-        if !usage.additional.is_empty() {
-            metrics["additional_metrics"] = Value::Object(usage.additional.clone());
-        }
+        let metrics = RunMetrics {
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            cache_read_tokens: usage.cache_read_tokens,
+            cache_write_tokens: usage.cache_write_tokens,
+            reasoning_tokens: usage.reasoning_tokens,
+            cost_usd: usage.cost_usd,
+            duration_s: started.elapsed().as_secs_f64(),
+            first_token_s: first_token,
+            models,
+            additional: if usage.additional.is_empty() {
+                String::new()
+            } else {
+                Value::Object(usage.additional.clone()).to_string()
+            },
+        };
         let index = self.take_index();
+        // The answer and metrics once, on the run event; `RunCompleted` ends the run.
         vec![
             self.identity.emitted(
                 index,
                 RunEvent::Completed {
-                    content: content.clone(),
-                    content_type: content_type.clone(),
-                    metrics: metrics.to_string(),
+                    content,
+                    content_type,
+                    metrics,
                 },
             ),
             Event::RunCompleted {
                 run_id: self.identity.run_id.clone(),
-                content,
-                content_type,
-                metrics: metrics.to_string(),
             },
         ]
     }

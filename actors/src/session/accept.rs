@@ -6,7 +6,7 @@ use actix::prelude::*;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-use turnstile_journal::{Event, EventIndex, Expected, Recorded, RunId};
+use turnstile_journal::{Event, EventIndex, Expected, Recorded, RunId, RunOptions};
 
 use crate::api::{AgentSpec, Multitask, Refused, RuntimeError, StartRun};
 use crate::run::cancelled_events;
@@ -149,13 +149,9 @@ impl SessionActor {
             agent_id: agent.id.clone(),
             user_id: command.user_id.clone(),
             input: command.message.clone(),
-            options: match &command.fork {
-                Some(fork) => {
-                    let mut options = command.options.clone();
-                    options["fork"] = serde_json::to_value(fork).unwrap_or_default();
-                    options.to_string()
-                }
-                None => command.options.to_string(),
+            options: RunOptions {
+                fork: command.fork.clone(),
+                ..command.options.clone()
             },
         });
         if let Some(key) = &command.idempotency_key {

@@ -284,9 +284,10 @@ impl SessionActor {
 
 /// The run's output schema, from its options, when it is an object.
 fn output_schema_of(run: &RunView) -> Option<serde_json::Value> {
-    serde_json::from_str::<serde_json::Value>(&run.options)
-        .ok()
-        .map(|options| options["output_schema"].clone())
+    run.options
+        .output_schema
+        .as_deref()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
         .filter(|schema| schema.is_object())
 }
 

@@ -15,8 +15,6 @@ use serde_json::{Value, json};
 use turnstile_journal::SYNC_BUCKETS_US;
 use utoipa::{IntoParams, ToSchema};
 
-use turnstile_actors::directory::TOKEN_KEYS;
-
 use crate::api::AppState;
 use crate::api::error::ApiError;
 use crate::api::error::ErrorBody;
@@ -312,3 +310,14 @@ mod tests {
         }
     }
 }
+
+/// agno's daily `token_metrics` keys, in the order of `DayCounts::tokens`.
+const TOKEN_KEYS: [&str; 7] = [
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "cost",
+];

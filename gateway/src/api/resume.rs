@@ -15,7 +15,7 @@ use axum::extract::{Request, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde_json::json;
-use turnstile_actors::{AgentSpec, ContinueFrom, ContinueRun, Multitask};
+use turnstile_actors::{AgentSpec, ContinueFrom, ContinueRun, Multitask, RunOptions};
 use turnstile_journal::limits::USER_ID_BYTES_MAX;
 use turnstile_journal::{EventIndex, RunId};
 use turnstile_projections::{RunHead, RunView};
@@ -153,7 +153,11 @@ pub(super) async fn continue_run(
         continue_from,
         input,
         user_id: bounded("user_id", body.user_id, USER_ID_BYTES_MAX)?,
-        options: json!({"stream": stream, "background": background}),
+        options: RunOptions {
+            stream,
+            background,
+            ..RunOptions::default()
+        },
         multitask: if background {
             Multitask::Enqueue
         } else {

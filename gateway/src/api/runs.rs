@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
-use turnstile_actors::{Multitask, Refused, RunHandle, StartRun};
+use turnstile_actors::{Multitask, Refused, RunHandle, RunOptions, StartRun};
 use turnstile_journal::limits::{
     IDEMPOTENCY_KEY_BYTES_MAX, OUTPUT_SCHEMA_BYTES_MAX, USER_ID_BYTES_MAX,
 };
@@ -38,10 +38,7 @@ pub(super) async fn run_json(
     let Some(skip) = state.stored_events.get(&run.agent_id) else {
         return Ok(output);
     };
-    let streamed = serde_json::from_str::<serde_json::Value>(&run.options)
-        .ok()
-        .and_then(|o| o["stream"].as_bool())
-        .unwrap_or(false);
+    let streamed = run.options.stream;
     if !streamed || !run.status.is_terminal() {
         return Ok(output);
     }
@@ -112,25 +109,11 @@ pub(super) async fn create_run(
     check_message(agent, &body.message, state.max_message_bytes)?;
     let stream = body.stream.unwrap_or(true);
     let background = body.background.unwrap_or(false);
-    let session_id = body
-        .session_id
-        .as_deref()
-        .map(|text| {
-            SessionId::parse(text)
-                .map_err(|error| ApiError::Unprocessable(format!("session_id: {error}")))
-        })
-        .transpose()?;
+    let session_id = session_id_field(body.session_id.as_deref())?;
     let user_id = bounded("user_id", body.user_id, USER_ID_BYTES_MAX)?;
     // Every malformed field is 422 before any well-formed but unsupported one is 400.
     let unsupported = unsupported_media(body.audio.as_ref(), body.videos.as_ref())?;
-    // A field sent as `null` is a schema whose root is not an object (422), not no schema.
-    let sent_schema = fields
-        .text("output_schema")
-        .is_some_and(|text| !text.is_empty());
-    let output_schema = output_schema(
-        body.output_schema
-            .or(sent_schema.then_some(serde_json::Value::Null)),
-    )?;
+    let output_schema = output_schema(&fields, body.output_schema)?;
     let attachments = attachments::parse(&fields)?;
     if let Some(kind) = unsupported {
         return Err(ApiError::BadRequest(format!(
@@ -148,7 +131,12 @@ pub(super) async fn create_run(
         session_id,
         user_id,
         message: body.message.clone(),
-        options: json!({"stream": stream, "background": background, "output_schema": output_schema}),
+        options: RunOptions {
+            stream,
+            background,
+            output_schema,
+            fork: None,
+        },
         multitask,
         idempotency_key,
         fork: None,
@@ -327,11 +315,26 @@ pub(super) fn bounded(
     }
 }
 
-/// The `output_schema` field: a JSON Schema whose root is an object, checked on entry.
-pub(super) fn output_schema(
-    schema: Option<serde_json::Value>,
-) -> Result<Option<serde_json::Value>, ApiError> {
-    let Some(schema) = schema else {
+/// `session_id`, when the client names the session.
+fn session_id_field(text: Option<&str>) -> Result<Option<SessionId>, ApiError> {
+    text.map(|text| {
+        SessionId::parse(text)
+            .map_err(|error| ApiError::Unprocessable(format!("session_id: {error}")))
+    })
+    .transpose()
+}
+
+/// The `output_schema` field (`parsed` from `fields`): a JSON Schema whose root is an
+/// object, checked on entry, as JSON text. A field sent as `null` is a schema whose root
+/// is not an object (422), not "no schema".
+fn output_schema(
+    fields: &crate::api::Fields,
+    parsed: Option<serde_json::Value>,
+) -> Result<Option<String>, ApiError> {
+    let sent = fields
+        .text("output_schema")
+        .is_some_and(|text| !text.is_empty());
+    let Some(schema) = parsed.or(sent.then_some(serde_json::Value::Null)) else {
         return Ok(None);
     };
     // agno 3.1.10 refuses a root that does not say `"type": "object"` (issue 13).
@@ -345,7 +348,7 @@ pub(super) fn output_schema(
     jsonschema::validator_for(&schema).map_err(|error| {
         ApiError::Unprocessable(format!("output_schema is not a valid JSON Schema: {error}"))
     })?;
-    Ok(Some(schema))
+    Ok(Some(schema.to_string()))
 }
 
 /// `?session_id=`: the run's session, when the caller knows it.

@@ -339,10 +339,16 @@ pub(super) fn rebuild(
         turnstile_projections::rebuild::rebuild(&journal, |events| bar.set_position(events))?;
     bar.finish_and_clear();
     if report.differences.is_empty() {
-        let matched = match report.compared {
+        let mut matched = match report.compared {
             1 => "the 1 stored projection matches".to_owned(),
             n => format!("all {n} stored projections match"),
         };
+        if report.older_layout > 0 {
+            matched.push_str(&format!(
+                " ({} in an older build's layout, folded again when read)",
+                report.older_layout
+            ));
+        }
         println!(
             "rebuilt {} from {}: {matched}",
             plural(report.sessions as u64, "session"),

@@ -191,7 +191,9 @@ function fold(records) {
     } else if (name === "RunCompleted" || name === "RunFailed" || name === "RunCancelled") {
       const run = runOf(event.run_id);
       run.status = { RunCompleted: "COMPLETED", RunFailed: "ERROR", RunCancelled: "CANCELLED" }[name];
-      run.end = { pos: record.pos, text: event.content || event.message || event.reason || "" };
+      // A completed run's answer is on its Completed run event (and, in journals of
+      // format 3, on RunCompleted too).
+      run.end = { pos: record.pos, text: event.content || run.answer || event.message || event.reason || "" };
     } else if (name === "RunEventEmitted") {
       const run = runOf(event.run_id);
       const [kind, data] = variant(event.event);
@@ -200,6 +202,8 @@ function fold(records) {
         let known = run.tools.find((t) => t.tool_call_id === tool.tool_call_id);
         if (!known) { known = Object.assign({ pos: record.pos }, tool); run.tools.push(known); }
         Object.assign(known, tool, { done: kind === "ToolCallCompleted" || known.done });
+      } else if (kind === "Completed") {
+        run.answer = data.content;
       } else if (kind === "Warning") {
         const [type, warning] = variant(data.warning);
         if (type === "Retry") run.warnings.push({ pos: record.pos, retry: true, text: `retry: attempt ${warning.attempt} of ${warning.attempts} in ${warning.delay_s} s after ${warning.error_type}` });

@@ -259,9 +259,8 @@ pub struct RunOutput {
 pub fn run_output(run: &RunView, agent_name: &str, sdk: String) -> RunOutput {
     let metrics = run
         .metrics
-        .as_deref()
-        .and_then(|text| serde_json::from_str::<Value>(text).ok())
-        .unwrap_or(Value::Null);
+        .as_ref()
+        .map_or(Value::Null, crate::wire::metrics::metrics_json);
     let metadata = RunMetadata {
         sdk,
         warnings: run

@@ -216,7 +216,10 @@ fn event_object<'a>(event: &'a WireEvent, who: &'a Who) -> Object<'a> {
         } => fields.extend([
             ("content", Field::Json(content_json(content, content_type))),
             ("content_type", Field::Str(content_type)),
-            ("metrics", Field::Json(parsed(metrics))),
+            (
+                "metrics",
+                Field::Json(crate::wire::metrics::metrics_json(metrics)),
+            ),
         ]),
         RunEvent::Failed {
             error_type,
@@ -306,12 +309,19 @@ mod tests {
             RunEvent::Completed {
                 content: r#"{"b": 1, "a": null}"#.into(),
                 content_type: "Answer".into(),
-                metrics: r#"{"output_tokens": 2, "input_tokens": 1}"#.into(),
+                metrics: turnstile_journal::RunMetrics {
+                    input_tokens: 1,
+                    output_tokens: 2,
+                    cost_usd: Some(0.125),
+                    first_token_s: Some(0.5),
+                    additional: r#"{"num_turns": 3}"#.into(),
+                    ..Default::default()
+                },
             },
             RunEvent::Completed {
                 content: "done".into(),
                 content_type: "str".into(),
-                metrics: "not json".into(),
+                metrics: turnstile_journal::RunMetrics::default(),
             },
             RunEvent::Failed {
                 error_type: "harness".into(),

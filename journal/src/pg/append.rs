@@ -9,7 +9,7 @@ use crate::ids::{JournalPos, Seq, SessionId};
 use crate::pg::replicas::LeaseState;
 use crate::pg::{Inner, Request, now_us};
 use crate::types::AppendResult;
-use crate::types::{Conflict, Expected, Recorded};
+use crate::types::{Conflict, Expected};
 use crate::{Error, limits};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -254,16 +254,13 @@ pub(super) async fn append_one(
                 blobs.push(apart.clone());
             }
             index.add(sealed.seq, &event.event);
-            recorded.push(Recorded {
-                pos: JournalPos(0),
-                session_id: session_id.clone(),
-                seq: sealed.seq,
+            recorded.push(sealed.recorded(
+                JournalPos(0),
+                session_id,
                 ts_us,
-                prev_hash: sealed.prev_hash,
-                hash: sealed.hash,
                 size_bytes,
-                event: event.event.clone(),
-            });
+                event.event.clone(),
+            ));
             records.push(sealed.bytes);
         }
         let row = call_append(

@@ -392,17 +392,14 @@ impl Committer {
                 size_bytes += apart.len();
                 batch.insert(apart_key(&digest), apart);
             }
-            records.push(sealed.bytes);
-            recorded.push(Arc::new(Recorded {
-                pos: JournalPos(pos),
-                session_id: session_id.clone(),
-                seq: sealed.seq,
+            recorded.push(Arc::new(sealed.recorded(
+                JournalPos(pos),
+                &session_id,
                 ts_us,
-                prev_hash: sealed.prev_hash,
-                hash: sealed.hash,
                 size_bytes,
-                event: event.event,
-            }));
+                event.event,
+            )));
+            records.push(sealed.bytes);
             pos += 1;
         }
         self.next_pos = pos;

@@ -64,8 +64,8 @@ impl SledJournal {
                         .record(index)
                         .expect("the manifest counts the records");
                     index += 1;
-                    let body = match codec::decode(bytes) {
-                        Ok(body) => body,
+                    let codec::Decoded { body, format3 } = match codec::decode_any(bytes) {
+                        Ok(decoded) => decoded,
                         Err(error) => return bad(pos, error.to_string()),
                     };
                     if let crate::Event::StoredApart { digest, .. } = &body.event {
@@ -73,7 +73,7 @@ impl SledJournal {
                             Some(stored) => stored,
                             None => return bad(pos, "the event stored apart is missing".into()),
                         };
-                        if let Err(reason) = codec::decode_apart(digest, &stored) {
+                        if let Err(reason) = codec::check_apart(digest, &stored, &format3) {
                             return bad(pos, reason);
                         }
                         report.bytes += stored.len() as u64;
