@@ -239,24 +239,8 @@ pub struct Usage {
     pub additional: serde_json::Map<String, serde_json::Value>,
 }
 
-/// One model's share of a turn's usage.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ModelUsage {
-    /// Model id.
-    pub id: String,
-    /// Provider.
-    pub provider: String,
-    /// Input tokens.
-    pub input_tokens: u64,
-    /// Output tokens.
-    pub output_tokens: u64,
-    /// Tokens read from the prompt cache.
-    pub cache_read_tokens: u64,
-    /// Tokens written to the prompt cache.
-    pub cache_write_tokens: u64,
-    /// Cost in US dollars.
-    pub cost_usd: Option<f64>,
-}
+/// One model's share of a turn's usage: what the journal records per model.
+pub type ModelUsage = turnstile_journal::ModelMetrics;
 
 /// How a turn ended well.
 #[derive(Debug, Clone, PartialEq)]

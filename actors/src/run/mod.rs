@@ -358,19 +358,7 @@ impl RunTask {
                 cost_usd: usage.cost_usd,
             }]
         } else {
-            usage
-                .models
-                .iter()
-                .map(|model| ModelMetrics {
-                    id: model.id.clone(),
-                    provider: model.provider.clone(),
-                    input_tokens: model.input_tokens,
-                    output_tokens: model.output_tokens,
-                    cache_read_tokens: model.cache_read_tokens,
-                    cache_write_tokens: model.cache_write_tokens,
-                    cost_usd: model.cost_usd,
-                })
-                .collect()
+            usage.models.clone()
         };
         let metrics = RunMetrics {
             input_tokens: usage.input_tokens,
