@@ -244,7 +244,11 @@ impl Actor for SessionActor {
                 && actor.queue.is_empty()
                 && !actor.electing
                 && !actor.compacting
-                && !actor.creating;
+                && !actor.creating
+                // A deletion in flight is answered by this actor: stopping now would
+                // drop the answer (the caller asks again and hears "no such session")
+                // and let a new actor take a turn before the deletion is durable.
+                && !actor.deleting;
             if idle_now && actor.last_active.elapsed() >= idle_after(&actor.shared) {
                 ctx.stop();
             }
