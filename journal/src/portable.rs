@@ -18,9 +18,8 @@ use crate::ids::{JournalPos, Seq, SessionId};
 use crate::types::Recorded;
 use crate::{Error, JournalOptions, limits};
 
-/// One exported record.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "RawRecord")]
+/// One exported record (read back with [`ExportedRecord::from_line`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ExportedRecord {
     /// Global position.
     pub pos: u64,
@@ -67,44 +66,57 @@ fn is_format3(format: &u8) -> bool {
     *format == codec::OLDEST_FORMAT_READ
 }
 
-/// A line as read, its event parsed once its format is known.
+/// A line's format, read first (the event is skipped, not built).
 #[derive(Deserialize)]
-struct RawRecord {
+struct LineFormat {
+    #[serde(default)]
+    format: Option<u8>,
+}
+
+/// A line, its event read as its format wrote it: straight into the event's type, so a
+/// large event (an attachment's bytes) costs its own size, not a JSON tree of it.
+#[derive(Deserialize)]
+struct Line<E> {
     pos: u64,
     session_id: SessionId,
     seq: u64,
     ts_us: i64,
     prev_hash: String,
     hash: String,
-    #[serde(default)]
-    format: Option<u8>,
-    event: serde_json::Value,
+    event: E,
 }
 
-impl TryFrom<RawRecord> for ExportedRecord {
-    type Error = String;
-
-    fn try_from(raw: RawRecord) -> Result<Self, String> {
-        let format = raw.format.unwrap_or(codec::OLDEST_FORMAT_READ);
-        let event = match format {
-            codec::FORMAT_VERSION => ExportedEvent::Current(
-                serde_json::from_value(raw.event).map_err(|error| error.to_string())?,
-            ),
-            codec::OLDEST_FORMAT_READ => ExportedEvent::Format3(
-                serde_json::from_value(raw.event).map_err(|error| error.to_string())?,
-            ),
-            other => return Err(format!("unknown record format {other}")),
-        };
-        Ok(ExportedRecord {
-            pos: raw.pos,
-            session_id: raw.session_id,
-            seq: raw.seq,
-            ts_us: raw.ts_us,
-            prev_hash: raw.prev_hash,
-            hash: raw.hash,
+impl<E> Line<E> {
+    fn exported(self, format: u8, event: impl FnOnce(E) -> ExportedEvent) -> ExportedRecord {
+        ExportedRecord {
+            pos: self.pos,
+            session_id: self.session_id,
+            seq: self.seq,
+            ts_us: self.ts_us,
+            prev_hash: self.prev_hash,
+            hash: self.hash,
             format,
-            event,
-        })
+            event: event(self.event),
+        }
+    }
+}
+
+impl ExportedRecord {
+    /// Reads one line of an export: its format first (a line without one is format 3,
+    /// as every export before format 4), then the record with its event in that format.
+    pub fn from_line(line: &str) -> Result<ExportedRecord, String> {
+        let format = serde_json::from_str::<LineFormat>(line)
+            .map_err(|error| error.to_string())?
+            .format
+            .unwrap_or(codec::OLDEST_FORMAT_READ);
+        match format {
+            codec::FORMAT_VERSION => serde_json::from_str::<Line<Event>>(line)
+                .map(|read| read.exported(format, ExportedEvent::Current)),
+            codec::OLDEST_FORMAT_READ => serde_json::from_str::<Line<crate::format3::Event>>(line)
+                .map(|read| read.exported(format, ExportedEvent::Format3)),
+            other => return Err(format!("unknown record format {other}")),
+        }
+        .map_err(|error| error.to_string())
     }
 }
 
@@ -378,7 +390,7 @@ impl Checker {
     }
 
     fn check(&mut self, line: &str) -> Result<Checked, String> {
-        let exported: ExportedRecord = serde_json::from_str(line)
+        let exported = ExportedRecord::from_line(line)
             .map_err(|error| format!("not an exported record: {error}"))?;
         let next_pos = self.next_pos;
         if exported.pos != next_pos {
