@@ -131,7 +131,7 @@ impl RunTask {
                 fenced: self.fenced,
             };
         }
-        let mut first_failure: Option<String> = None;
+        let mut first_failure: Option<(u32, String)> = None;
         let terminal = loop {
             let end = self.attempt(&mut records, &mut first_token, started).await;
             let (kind, message) = match end {
@@ -172,7 +172,9 @@ impl RunTask {
             let retry = kind.is_retryable() && attempt < max_attempts;
             // A later attempt often fails because of what the first one did: the first
             // real cause leads the message a user sees.
-            let first_cause = first_failure.get_or_insert_with(|| message.clone()).clone();
+            let first_cause = first_failure
+                .get_or_insert_with(|| (self.request.attempt, message.clone()))
+                .clone();
             let mut events = vec![Event::AttemptFailed {
                 run_id: self.identity.run_id.clone(),
                 attempt,
@@ -526,7 +528,12 @@ fn drain(receiver: &mut mpsc::Receiver<HarnessEvent>, batch: &mut Vec<HarnessEve
 /// What a failed run says: the last failure once, with the attempt count; when the
 /// first attempt failed otherwise (a later attempt often fails because of what the
 /// first one did), the first cause leads.
-fn final_message(first_cause: &str, last: String, attempt: u32, max_attempts: u32) -> String {
+fn final_message(
+    (first_attempt, first_cause): &(u32, String),
+    last: String,
+    attempt: u32,
+    max_attempts: u32,
+) -> String {
     // Failures that differ only in their numbers (an attempt count inside the text) are one.
     let words = |text: &str| {
         text.chars()
@@ -538,6 +545,8 @@ fn final_message(first_cause: &str, last: String, attempt: u32, max_attempts: u3
     } else if words(first_cause) == words(&last) {
         format!("{last} (attempt {attempt} of {max_attempts})")
     } else {
-        format!("{first_cause} (attempt 1); attempt {attempt} of {max_attempts}: {last}")
+        format!(
+            "{first_cause} (attempt {first_attempt}); attempt {attempt} of {max_attempts}: {last}"
+        )
     }
 }
