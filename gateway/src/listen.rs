@@ -404,14 +404,16 @@ impl AsyncRead for Watched {
         let before = buf.filled().len();
         let result = Pin::new(&mut self.inner).poll_read(cx, buf);
         if matches!(result, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            let line_ended = buf.filled()[before..].contains(&b'\n');
             let mut state = lock(&self.activity);
             state.last = Instant::now();
             if state.in_flight == 0 {
                 if state.waiting_since.is_none() {
                     state.waiting_since = Some(state.last);
                 }
-                state.line_seen |= line_ended;
+                // Only a request's head is looked at, never a body read in flight.
+                if !state.line_seen {
+                    state.line_seen = buf.filled()[before..].contains(&b'\n');
+                }
             }
         }
         result

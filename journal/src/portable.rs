@@ -52,16 +52,6 @@ pub enum ExportedEvent {
     Format3(crate::format3::Event),
 }
 
-impl ExportedEvent {
-    /// The current event it means.
-    pub fn current(&self) -> Event {
-        match self {
-            ExportedEvent::Current(event) => event.clone(),
-            ExportedEvent::Format3(old) => crate::format3::upgrade(old.clone()),
-        }
-    }
-}
-
 fn is_format3(format: &u8) -> bool {
     *format == codec::OLDEST_FORMAT_READ
 }
@@ -529,18 +519,9 @@ fn encode_format3(
 ) -> Result<(Vec<u8>, codec::EncodedEvent), String> {
     let bytes =
         bincode::serde::encode_to_vec(old, codec::event_config()).map_err(|e| e.to_string())?;
-    let (event_bytes, apart) = if bytes.len() <= limits::INLINE_EVENT_BYTES_MAX {
-        (bytes, None)
-    } else {
-        let digest = codec::hash(&bytes);
-        let reference = crate::format3::Event::StoredApart {
-            digest,
-            bytes: bytes.len() as u64,
-        };
-        let reference = bincode::serde::encode_to_vec(&reference, codec::config())
-            .map_err(|e| e.to_string())?;
-        (reference, Some((digest, bytes)))
-    };
+    let (event_bytes, apart) = codec::inline_or_apart(bytes, |digest, bytes| {
+        crate::format3::Event::StoredApart { digest, bytes }
+    })?;
     let record = codec::encode_parts_as(
         codec::OLDEST_FORMAT_READ,
         session_id,

@@ -14,7 +14,7 @@
 //! directives exist (`operator.rs`).
 
 use serde_json::Value;
-use turnstile_tests::{Server, http_client, lossy, post_form, turnstile_env as cli};
+use turnstile_tests::{Server, http_client, lossy, post_form, turnstile_env as cli, write_config};
 
 #[tokio::test]
 async fn the_root_redirects_to_the_console_without_a_key_32() {
@@ -252,12 +252,7 @@ async fn json_request_logs_carry_fields_32() {
 #[tokio::test]
 async fn the_message_bound_is_a_documented_config_key_32() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("turnstile.toml");
-    std::fs::write(
-        &config,
-        "[server]\nmax_message_bytes = 100\n[[agents]]\nid = \"scripted\"\nharness = \"scripted\"\n",
-    )
-    .unwrap();
+    let config = write_config(dir.path(), "max_message_bytes = 100", "");
     let server = Server::start_with(
         &dir.path().join("data"),
         &["--config", config.to_str().unwrap()],
@@ -295,12 +290,7 @@ async fn the_message_bound_is_a_documented_config_key_32() {
 #[tokio::test]
 async fn a_run_resumed_after_a_restart_says_it_was_retried_32() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("turnstile.toml");
-    std::fs::write(
-        &config,
-        "[[agents]]\nid = \"scripted\"\nharness = \"scripted\"\nretries = 2\ndelay_between_retries_s = 0.0\n",
-    )
-    .unwrap();
+    let config = write_config(dir.path(), "", "retries = 2\ndelay_between_retries_s = 0.0");
     let config = config.to_str().unwrap().to_owned();
     let data = dir.path().join("data");
     let server = Server::start_with(&data, &["--config", &config]);
@@ -394,12 +384,7 @@ fn a_config_error_in_an_agent_names_its_line_and_key_32() {
 #[tokio::test]
 async fn exhausted_retries_say_the_last_failure_once_with_the_attempt_count_32() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("turnstile.toml");
-    std::fs::write(
-        &config,
-        "[[agents]]\nid = \"scripted\"\nharness = \"scripted\"\nretries = 2\ndelay_between_retries_s = 0.0\n",
-    )
-    .unwrap();
+    let config = write_config(dir.path(), "", "retries = 2\ndelay_between_retries_s = 0.0");
     let server = Server::start_with(
         &dir.path().join("data"),
         &["--config", config.to_str().unwrap()],

@@ -78,7 +78,7 @@ impl<Context> bincode::Decode<Context> for RecordBody {
     }
 }
 
-pub(crate) fn config() -> impl bincode::config::Config {
+fn config() -> impl bincode::config::Config {
     bincode::config::standard()
         .with_little_endian()
         .with_variable_int_encoding()
@@ -153,25 +153,30 @@ pub fn encode_event(event: Event, max_event_bytes: usize) -> Result<EncodedEvent
             limit: max_event_bytes,
         });
     }
-    if bytes.len() <= INLINE_EVENT_BYTES_MAX {
-        return Ok(EncodedEvent {
-            event,
-            bytes,
-            apart: None,
-        });
-    }
-    let digest = hash(&bytes);
-    let reference = Event::StoredApart {
-        digest,
-        bytes: bytes.len() as u64,
-    };
-    let record_bytes = bincode::serde::encode_to_vec(&reference, config())
-        .map_err(|e| EncodeError::Codec(e.to_string()))?;
+    let (bytes, apart) =
+        inline_or_apart(bytes, |digest, bytes| Event::StoredApart { digest, bytes })
+            .map_err(EncodeError::Codec)?;
     Ok(EncodedEvent {
         event,
-        bytes: record_bytes,
-        apart: Some((digest, bytes)),
+        bytes,
+        apart,
     })
+}
+
+/// What goes into a record for an event encoded as `bytes`: the bytes themselves, or
+/// for one over [`INLINE_EVENT_BYTES_MAX`] the encoding of its `reference` (the format's
+/// `StoredApart`, from the digest and length) with the digest and bytes to store apart.
+pub(crate) fn inline_or_apart<T: Serialize>(
+    bytes: Vec<u8>,
+    reference: impl FnOnce(Hash, u64) -> T,
+) -> Result<(Vec<u8>, Option<(Hash, Vec<u8>)>), String> {
+    if bytes.len() <= INLINE_EVENT_BYTES_MAX {
+        return Ok((bytes, None));
+    }
+    let digest = hash(&bytes);
+    let reference = bincode::serde::encode_to_vec(reference(digest, bytes.len() as u64), config())
+        .map_err(|e| e.to_string())?;
+    Ok((reference, Some((digest, bytes))))
 }
 
 /// Why an event could not be encoded.
