@@ -37,6 +37,7 @@ async fn main() -> anyhow::Result<()> {
         idempotency_key: None,
         fork: None,
         attachments: Vec::new(),
+        isolated: false,
     };
     let mut run = match runtime.start_run(command).await? {
         Ok(run) => run,

@@ -114,6 +114,12 @@ pub struct StartRun {
     pub fork: Option<ForkPoint>,
     /// Files attached to the turn; journaled with it and staged for its harness.
     pub attachments: Vec<Attachment>,
+    /// Per-user isolation: the session must be new or `user_id`'s; a session another
+    /// user owns (its `SessionCreated` names another user) is refused as unknown, so
+    /// its id cannot be taken over. Checked by the session's actor, where concurrent
+    /// first turns are ordered.
+    #[serde(default)]
+    pub isolated: bool,
 }
 
 /// Where a continuation starts in its source run (agno's `continue_from`).

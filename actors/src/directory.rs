@@ -64,6 +64,22 @@ fn decode_days(bytes: &[u8]) -> Vec<(String, DayCounts)> {
     codec::decode_compact(bytes).unwrap_or_default()
 }
 
+/// Adds what one session did on a day to that day's totals.
+fn add_counts(day: &mut DayTotals, counts: &DayCounts) {
+    day.runs += counts.runs;
+    for user in &counts.users {
+        *day.users.entry(user.clone()).or_default() += 1;
+    }
+    for (total, added) in day.tokens.iter_mut().zip(counts.tokens) {
+        *total += added;
+    }
+    for (model, provider, count) in &counts.models {
+        *day.models
+            .entry((model.clone(), provider.clone()))
+            .or_default() += count;
+    }
+}
+
 /// Sessions by creation time; the id is shared with the map's key.
 type Order = BTreeSet<(i64, Arc<str>)>;
 
@@ -165,20 +181,7 @@ impl Inner {
         let created = turnstile_projections::date_of_us(session.created_at_us);
         self.day(&created, |day| day.sessions += 1);
         for (date, counts) in &session.days {
-            self.day(date, |day| {
-                day.runs += counts.runs;
-                for user in &counts.users {
-                    *day.users.entry(user.clone()).or_default() += 1;
-                }
-                for (total, added) in day.tokens.iter_mut().zip(counts.tokens) {
-                    *total += added;
-                }
-                for (model, provider, count) in &counts.models {
-                    *day.models
-                        .entry((model.clone(), provider.clone()))
-                        .or_default() += count;
-                }
-            });
+            self.day(date, |day| add_counts(day, counts));
         }
         self.sessions.insert(
             id,
@@ -330,5 +333,34 @@ impl Directory {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// The daily metrics of one user's sessions (per-user isolation), oldest day
+    /// first; costs that user's sessions, not everyone's.
+    pub fn days_of(&self, user_id: &str) -> Vec<(String, DayTotals)> {
+        let Ok(inner) = self.inner.lock() else {
+            return Vec::new();
+        };
+        let mut days: BTreeMap<String, DayTotals> = BTreeMap::new();
+        for (_, session_id) in inner.by_user.get(user_id).into_iter().flatten() {
+            let Some(listed) = inner.sessions.get(session_id) else {
+                continue;
+            };
+            let created = turnstile_projections::date_of_us(listed.created_at_us);
+            days.entry(created).or_default().sessions += 1;
+            for (date, counts) in decode_days(&listed.days) {
+                add_counts(days.entry(date).or_default(), &counts);
+            }
+        }
+        days.into_iter().collect()
+    }
+
+    /// The user a listed session belongs to: `None` when the directory does not list
+    /// it (not yet followed from another replica, or no such session), `Some(None)`
+    /// for a session created without a user.
+    pub fn owner(&self, session_id: &SessionId) -> Option<Option<String>> {
+        let inner = self.inner.lock().ok()?;
+        let listed = inner.sessions.get(session_id.as_str())?;
+        Some(listed.user_id.as_deref().map(str::to_owned))
     }
 }

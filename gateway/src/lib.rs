@@ -7,6 +7,7 @@
 
 pub mod allocator;
 pub mod api;
+pub mod auth;
 pub mod cli;
 pub mod client;
 pub mod config;

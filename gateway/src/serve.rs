@@ -22,7 +22,7 @@ fn app_state(
     config: &Config,
     runtime: &Runtime,
     shutdown: &CancellationToken,
-    api_key: Option<std::sync::Arc<str>>,
+    auth: crate::auth::Auth,
 ) -> AppState {
     AppState {
         runtime: runtime.clone(),
@@ -31,7 +31,7 @@ fn app_state(
             shutdown: shutdown.clone(),
             keepalive: std::time::Duration::from_secs_f64(config.server.sse_keepalive_s),
         },
-        api_key,
+        auth: std::sync::Arc::new(auth),
         stored_events: std::sync::Arc::new(config.stored_events()),
         max_request_bytes: config.server.max_request_bytes,
         max_message_bytes: config.server.max_message_bytes,
@@ -41,20 +41,9 @@ fn app_state(
 
 /// Runs the server until a shutdown signal.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
-    // Auth is on when the configured environment variable holds a key; checked before
-    // anything is opened, so a refused start leaves no data directory behind.
-    let api_key = match std::env::var(&config.server.api_key_env) {
-        // Set but empty is a mistake, not a wish to run without auth (issue 13).
-        Ok(key) if key.is_empty() => anyhow::bail!(
-            "{} is set but empty: set it to the API key, or unset it to run without auth",
-            config.server.api_key_env
-        ),
-        Ok(key) => Some(key.into()),
-        Err(_) => None,
-    };
-    if api_key.is_some() {
-        tracing::info!("API key auth is on ({} is set)", config.server.api_key_env);
-    }
+    // Auth (the key of the configured variable, or tokens) is checked before anything
+    // is opened, so a refused start leaves no data directory behind.
+    let auth = crate::auth::from_config(&config)?;
     // A harness this build cannot run is refused first, then each CLI is tried.
     let agents = config.agent_specs()?;
     let versions = check_clis(&config).await?;
@@ -93,7 +82,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         }
         None => None,
     };
-    if open_without_auth(local.ip(), api_key.is_some()) {
+    if open_without_auth(local.ip(), !matches!(auth, crate::auth::Auth::Open)) {
         tracing::warn!(
             "listening on {local}, beyond loopback, with auth off: anyone who can reach it can run agents; set {} to an API key",
             config.server.api_key_env
@@ -101,7 +90,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     }
     let shutdown = CancellationToken::new();
     tokio::spawn(wait_for_signal(shutdown.clone()));
-    let app = router(app_state(&config, &runtime, &shutdown, api_key));
+    let app = router(app_state(&config, &runtime, &shutdown, auth));
     let journal = runtime.journal();
     if journal.is_shared() {
         tracing::info!(

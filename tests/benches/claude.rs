@@ -162,6 +162,7 @@ async fn runtime_turns(runtime: &Runtime, turns: usize, skip_first: bool) -> Dur
                 idempotency_key: None,
                 fork: None,
                 attachments: Vec::new(),
+                isolated: false,
             })
             .await
             .unwrap()

@@ -225,6 +225,7 @@ async fn runtime_turns(runtime: &Runtime, turns: usize) -> Duration {
                 idempotency_key: None,
                 fork: None,
                 attachments: Vec::new(),
+                isolated: false,
             })
             .await
             .unwrap()

@@ -12,6 +12,7 @@ pub mod fake_openai;
 pub mod loopback;
 pub mod otlp;
 pub mod postgres;
+pub mod tokens;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -555,6 +556,7 @@ pub fn start_command(session: &str, message: &str, multitask: Multitask) -> Star
         idempotency_key: None,
         fork: None,
         attachments: Vec::new(),
+        isolated: false,
     }
 }
 

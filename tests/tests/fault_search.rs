@@ -250,6 +250,7 @@ impl Search {
                 idempotency_key: None,
                 fork: None,
                 attachments: Vec::new(),
+                isolated: false,
             };
             if let Ok(Ok(run)) = self.runtime().start_run(command).await {
                 self.follow(run, streamed);

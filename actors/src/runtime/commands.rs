@@ -277,6 +277,7 @@ impl Runtime {
             idempotency_key: None,
             fork: Some(fork),
             attachments: Vec::new(),
+            isolated: false,
         })
         .await
     }

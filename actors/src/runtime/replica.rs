@@ -107,6 +107,7 @@ pub(super) fn refusal_text(refused: &Refused) -> String {
     match refused {
         Refused::QueueFull { limit } => format!("queue_full:{limit}"),
         Refused::ShuttingDown => "shutting_down".into(),
+        Refused::UnknownSession { .. } => "unknown_session".into(),
         other => format!("other:{other}"),
     }
 }
@@ -120,6 +121,11 @@ pub(super) fn refusal_of(reply: &str, session_id: &SessionId) -> Refused {
     }
     if reply == "shutting_down" {
         return Refused::ShuttingDown;
+    }
+    if reply == "unknown_session" {
+        return Refused::UnknownSession {
+            session_id: session_id.clone(),
+        };
     }
     Refused::InvalidInput {
         reason: format!(

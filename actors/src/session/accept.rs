@@ -92,6 +92,12 @@ impl SessionActor {
             return Err(error);
         }
         self.ensure_fresh(ctx)?;
+        // Before any refusal that would tell another user's session exists.
+        if command.isolated && !self.owned_by(command.user_id.as_deref()) {
+            return Ok(Err(Refused::UnknownSession {
+                session_id: self.session_id.clone(),
+            }));
+        }
         if self.deleting {
             return Ok(Err(Refused::Deleting {
                 session_id: self.session_id.clone(),
@@ -131,6 +137,19 @@ impl SessionActor {
         Ok(Ok(agent))
     }
 
+    /// Whether a turn of `user` may go into this session under per-user isolation: the
+    /// session is new, or its creation (durable, or on its way to the journal) names
+    /// that user.
+    fn owned_by(&self, user: Option<&str>) -> bool {
+        if self.state.exists() {
+            self.state.session.user_id.as_deref() == user
+        } else if self.creating {
+            self.creator.as_deref() == user
+        } else {
+            true
+        }
+    }
+
     /// The events that accept a turn: the session's creation (only the first of
     /// concurrent first turns journals it), `RunQueued`, its idempotency key, and its
     /// attachments' bytes (journaled with the run: any later turn or machine can stage
@@ -139,6 +158,7 @@ impl SessionActor {
         let mut events = Vec::with_capacity(3);
         if !self.state.exists() && !self.creating {
             self.creating = true;
+            self.creator = command.user_id.clone();
             events.push(Event::SessionCreated {
                 agent_id: agent.id.clone(),
                 user_id: command.user_id.clone(),

@@ -97,6 +97,8 @@ pub(crate) struct SessionActor {
     unavailable: Option<String>,
     /// A `SessionCreated` is on its way to the journal.
     creating: bool,
+    /// The user that `SessionCreated` names (the session's owner once it is durable).
+    creator: Option<String>,
     /// On a shared journal: this actor holds the session's lease (and gives it back
     /// when it stops).
     leased: bool,
@@ -171,6 +173,7 @@ impl SessionActor {
             broken: None,
             unavailable: None,
             creating: false,
+            creator: None,
             leased: false,
             leased_before: 0,
             remote: None,

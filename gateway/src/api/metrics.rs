@@ -122,11 +122,16 @@ pub struct ModelCount {
 )]
 pub async fn daily(
     State(state): State<AppState>,
+    caller: crate::auth::Caller,
     Query(query): Query<MetricsQuery>,
 ) -> Result<Json<Metrics>, ApiError> {
     check_date("starting_date", &query.starting_date)?;
     check_date("ending_date", &query.ending_date)?;
-    let days = state.runtime.directory().days();
+    // Under per-user isolation, the caller's own sessions' days only.
+    let days = match caller.owner() {
+        Some(owner) => state.runtime.directory().days_of(owner),
+        None => state.runtime.directory().days(),
+    };
     let now = crate::api::now_s();
     let metrics: Vec<DayMetrics> = days
         .into_iter()

@@ -37,6 +37,7 @@ use crate::api::error::ApiError;
 use crate::api::error::ErrorBody;
 use crate::api::form::Fields;
 use crate::api::sse::SseOptions;
+use crate::auth::Caller;
 use crate::wire::dto::{Agent, Health};
 
 /// What every handler gets.
@@ -48,8 +49,8 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// Stream settings.
     pub sse: SseOptions,
-    /// The API key every route but `/health` requires, when auth is on.
-    pub api_key: Option<Arc<str>>,
+    /// How callers authenticate: open, the API key, or signed tokens.
+    pub auth: Arc<crate::auth::Auth>,
     /// Per agent that stores events (agno's `store_events`): the event types it skips.
     pub stored_events: Arc<std::collections::HashMap<String, Vec<String>>>,
     /// Request bodies larger than this get 413 (`server.max_request_bytes`).
@@ -124,14 +125,15 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            require_api_key,
+            crate::auth::authenticate,
         ))
         .layer(axum::middleware::from_fn(log_request))
         .with_state(state)
 }
 
-/// One log line per request: method, path (without its query), status, and the time to
-/// the response's head (a stream's frames follow it). Refusals, 401 included, too.
+/// One log line per request: method, path (without its query), status, the caller (a
+/// token's `sub`, never the token), and the time to the response's head (a stream's
+/// frames follow it). Refusals, 401 included, too.
 async fn log_request(request: Request, next: axum::middleware::Next) -> Response {
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
@@ -144,12 +146,26 @@ async fn log_request(request: Request, next: axum::middleware::Next) -> Response
     let latency_ms = (ms * 10.0).round() / 10.0;
     let run_id = path_id(&path, "runs");
     let session_id = path_id(&path, "sessions");
+    let caller = response
+        .extensions()
+        .get::<crate::auth::LoggedCaller>()
+        .map(|caller| caller.0.clone());
+    let by = caller
+        .as_deref()
+        .map(|user| format!(" by {user}"))
+        .unwrap_or_default();
+    let user = caller.as_deref();
     if status >= 500 {
-        tracing::warn!(target: "turnstile::http", method = %method, path, status, latency_ms, run_id, session_id, "{method} {path} {status} {ms:.1} ms");
+        tracing::warn!(target: "turnstile::http", method = %method, path, status, latency_ms, run_id, session_id, user, "{method} {path} {status} {ms:.1} ms{by}");
     } else {
-        tracing::info!(target: "turnstile::http", method = %method, path, status, latency_ms, run_id, session_id, "{method} {path} {status} {ms:.1} ms");
+        tracing::info!(target: "turnstile::http", method = %method, path, status, latency_ms, run_id, session_id, user, "{method} {path} {status} {ms:.1} ms{by}");
     }
     response
+}
+
+/// Whether a path is one of the console's static files (open, like `/health`).
+pub(crate) fn ui_path(path: &str) -> bool {
+    ui::is_console(path)
 }
 
 /// The path segment after `collection` (`/agents/a/runs/ID/cancel` → `ID`), if any.
@@ -184,47 +200,6 @@ async fn refuse_large_bodies(
         return ApiError::PayloadTooLarge.into_response();
     }
     next.run(request).await
-}
-
-/// Bearer auth (like AgentOS's security key): every route but `GET /health` needs
-/// `Authorization: Bearer <key>` when a key is configured.
-async fn require_api_key(
-    State(state): State<AppState>,
-    request: Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let Some(key) = &state.api_key else {
-        return next.run(request).await;
-    };
-    if request.uri().path() == "/health" || ui::is_console(request.uri().path()) {
-        return next.run(request).await;
-    }
-    let presented = request
-        .headers()
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.split_once(' '))
-        // The scheme is case-insensitive (RFC 9110 §11.1).
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim_start_matches(' '))
-        .unwrap_or_default();
-    // Compare without an early exit, so timing does not tell how much of a key matched.
-    let matches = presented.len() == key.len()
-        && presented
-            .bytes()
-            .zip(key.bytes())
-            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
-            == 0;
-    if matches {
-        return next.run(request).await;
-    }
-    let body = json!({"detail": "Missing or invalid API key: send Authorization: Bearer <key>", "error_type": "unauthorized"});
-    let mut response = (StatusCode::UNAUTHORIZED, Json(body)).into_response();
-    response.headers_mut().insert(
-        axum::http::header::WWW_AUTHENTICATE,
-        axum::http::HeaderValue::from_static("Bearer"),
-    );
-    response
 }
 
 async fn fallback(uri: axum::http::Uri) -> Response {
@@ -291,8 +266,16 @@ fn find_agent<'a>(runtime: &'a Runtime, agent_id: &str) -> Result<&'a AgentSpec,
     get, path = "/agents", tag = "agents", summary = "Configured agents with their model and metadata.sdk",
     responses((status = 200, description = "Every configured agent", body = Vec<Agent>), (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody))
 )]
-async fn list_agents(State(state): State<AppState>) -> Json<Vec<dto::Agent>> {
-    Json(state.runtime.agents().iter().map(dto::agent).collect())
+async fn list_agents(State(state): State<AppState>, caller: Caller) -> Json<Vec<dto::Agent>> {
+    Json(
+        state
+            .runtime
+            .agents()
+            .iter()
+            .filter(|agent| caller.lists_agent(&agent.id))
+            .map(dto::agent)
+            .collect(),
+    )
 }
 
 #[utoipa::path(
@@ -334,11 +317,68 @@ fn positive(
     }
 }
 
-/// A session that exists, by the id in the path.
-fn find_session(state: &AppState, session_id: &str) -> Result<SessionState, ApiError> {
+/// A session that exists and the caller may see, by the id in the path; another
+/// user's session is as absent as one that never was.
+fn find_session(
+    state: &AppState,
+    caller: &Caller,
+    session_id: &str,
+) -> Result<SessionState, ApiError> {
     let not_found = || ApiError::NotFound(format!("Session {session_id} not found"));
     let parsed = SessionId::parse(session_id).map_err(|_| not_found())?;
-    state.runtime.session(&parsed)?.ok_or_else(not_found)
+    state
+        .runtime
+        .session(&parsed)?
+        .filter(|session| caller.sees(session.session.user_id.as_deref()))
+        .ok_or_else(not_found)
+}
+
+/// Under per-user isolation, `Err(not_found())` unless the session (of a run the
+/// route names) is the caller's; nothing to check for an unrestricted caller.
+fn check_owner(
+    state: &AppState,
+    caller: &Caller,
+    session_id: &SessionId,
+    not_found: impl Fn() -> ApiError,
+) -> Result<(), ApiError> {
+    if caller.owner().is_none() {
+        return Ok(());
+    }
+    match owner_of(state, session_id)? {
+        Some(user) if caller.sees(user.as_deref()) => Ok(()),
+        _ => Err(not_found()),
+    }
+}
+
+/// The user a session belongs to (`Some(None)`: created without one), or `None` when
+/// there is no such session. The directory answers without reading the journal; a
+/// session it does not list yet (just created on another replica) is read from it.
+fn owner_of(state: &AppState, session_id: &SessionId) -> Result<Option<Option<String>>, ApiError> {
+    if let Some(user) = state.runtime.directory().owner(session_id) {
+        return Ok(Some(user));
+    }
+    Ok(state
+        .runtime
+        .session(session_id)?
+        .map(|session| session.session.user_id))
+}
+
+/// Under per-user isolation, `Err(404)` when a turn names a session another user owns
+/// (its actor checks again, where concurrent first turns are ordered).
+fn check_not_foreign(
+    state: &AppState,
+    caller: &Caller,
+    session_id: Option<&SessionId>,
+) -> Result<(), ApiError> {
+    let (Some(_), Some(session_id)) = (caller.owner(), session_id) else {
+        return Ok(());
+    };
+    match owner_of(state, session_id)? {
+        Some(user) if !caller.sees(user.as_deref()) => Err(ApiError::NotFound(format!(
+            "Session {session_id} not found"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn sdk_of(runtime: &Runtime, agent_id: &str) -> String {

@@ -2,11 +2,12 @@
 //! checkpoints, and a continue from one of them (the same run, or a fork).
 
 use super::extract::{Path, Query};
-use super::{AppState, agent_name_of, find_agent, read_fields};
+use super::{AppState, agent_name_of, check_owner, find_agent, read_fields};
 use crate::api::body::{ContinueRequest, ResumeRequest};
 use crate::api::error::{ApiError, ErrorBody};
 use crate::api::runs::{SessionQuery, bounded, respond_run};
 use crate::api::sse;
+use crate::auth::Caller;
 use crate::wire::dto;
 use crate::wire::dto::{Accepted, Checkpoints, RunOutput};
 use crate::wire::events;
@@ -38,6 +39,7 @@ use turnstile_projections::{RunHead, RunView};
 )]
 pub(super) async fn resume_run(
     State(state): State<AppState>,
+    caller: Caller,
     Path((agent_id, run_id)): Path<(String, String)>,
     headers: HeaderMap,
     request: Request,
@@ -55,6 +57,7 @@ pub(super) async fn resume_run(
     if view.agent_id != agent.id || wrong_session {
         return Err(not_found());
     }
+    check_owner(&state, &caller, &view.session_id, not_found)?;
     let events = state.runtime.run_events_of(&view, last_event_index);
     let meta = resume_meta(&view, last_event_index);
     let who = events::Who {
@@ -68,6 +71,7 @@ pub(super) async fn resume_run(
 /// The run a route names, checked against its agent and the optional `session_id`.
 pub(super) fn find_run(
     state: &AppState,
+    caller: &Caller,
     agent: &AgentSpec,
     run_id: &str,
     session_id: Option<&str>,
@@ -80,6 +84,7 @@ pub(super) fn find_run(
     {
         return Err(not_found());
     }
+    check_owner(state, caller, &view.session_id, not_found)?;
     Ok(view)
 }
 
@@ -90,11 +95,12 @@ pub(super) fn find_run(
 )]
 pub(super) async fn get_checkpoints(
     State(state): State<AppState>,
+    caller: Caller,
     Path((agent_id, run_id)): Path<(String, String)>,
     Query(query): Query<SessionQuery>,
 ) -> Result<Json<dto::Checkpoints>, ApiError> {
     let agent = find_agent(&state.runtime, &agent_id)?;
-    let view = find_run(&state, agent, &run_id, query.session_id.as_deref())?;
+    let view = find_run(&state, &caller, agent, &run_id, query.session_id.as_deref())?;
     Ok(Json(dto::checkpoints(&view)))
 }
 
@@ -121,12 +127,13 @@ pub(super) async fn get_checkpoints(
 )]
 pub(super) async fn continue_run(
     State(state): State<AppState>,
+    caller: Caller,
     Path((agent_id, run_id)): Path<(String, String)>,
     request: Request,
 ) -> Result<Response, ApiError> {
     let agent = find_agent(&state.runtime, &agent_id)?;
     let body: ContinueRequest = read_fields(&state, request).await?.typed()?;
-    let source = find_run(&state, agent, &run_id, body.session_id.as_deref())?;
+    let source = find_run(&state, &caller, agent, &run_id, body.session_id.as_deref())?;
     let continue_from = match body.continue_from.as_deref().unwrap_or("end") {
         "end" => ContinueFrom::End,
         "last_user" => ContinueFrom::LastUser,
@@ -152,7 +159,12 @@ pub(super) async fn continue_run(
         run_id: source.run_id.clone(),
         continue_from,
         input,
-        user_id: bounded("user_id", body.user_id, USER_ID_BYTES_MAX)?,
+        // Under per-user isolation the run is the token's user's.
+        user_id: caller.owner().map(str::to_owned).or(bounded(
+            "user_id",
+            body.user_id,
+            USER_ID_BYTES_MAX,
+        )?),
         options: RunOptions {
             stream,
             background,

@@ -16,12 +16,16 @@ use turnstile_journal::{RunId, SessionId};
 use turnstile_projections::{RunHead, RunStatus, RunView};
 use utoipa::IntoParams;
 
-use super::{AppState, find_agent, find_session, now_s, positive, read_fields, sdk_of};
+use super::{
+    AppState, check_not_foreign, check_owner, find_agent, find_session, now_s, positive,
+    read_fields, sdk_of,
+};
 use crate::api::body::{MultitaskStrategy, RunRequest};
 use crate::api::error::ApiError;
 use crate::api::error::ErrorBody;
 use crate::api::sse::Framing;
 use crate::api::{attachments, sse};
+use crate::auth::Caller;
 use crate::wire::dto;
 use crate::wire::dto::{Accepted, Empty, RunOutput, RunPage};
 use crate::wire::events;
@@ -97,6 +101,7 @@ pub(super) async fn runs_json(
 )]
 pub(super) async fn create_run(
     State(state): State<AppState>,
+    caller: Caller,
     Path(agent_id): Path<String>,
     headers: HeaderMap,
     request: Request,
@@ -111,6 +116,8 @@ pub(super) async fn create_run(
     let background = body.background.unwrap_or(false);
     let session_id = session_id_field(body.session_id.as_deref())?;
     let user_id = bounded("user_id", body.user_id, USER_ID_BYTES_MAX)?;
+    // Under per-user isolation the run is the token's user's, whatever the body says.
+    let user_id = caller.owner().map(str::to_owned).or(user_id);
     // Every malformed field is 422 before any well-formed but unsupported one is 400.
     let unsupported = unsupported_media(body.audio.as_ref(), body.videos.as_ref())?;
     let output_schema = output_schema(&fields, body.output_schema)?;
@@ -126,6 +133,7 @@ pub(super) async fn create_run(
         _ => Multitask::Enqueue,
     };
     let idempotency_key = idempotency_key(&headers, &agent.id, user_id.as_deref())?;
+    check_not_foreign(&state, &caller, session_id.as_ref())?;
     let command = StartRun {
         agent_id: agent.id.clone(),
         session_id,
@@ -141,6 +149,7 @@ pub(super) async fn create_run(
         idempotency_key,
         fork: None,
         attachments,
+        isolated: caller.owner().is_some(),
     };
     let agent_name = agent.name.clone();
     let handle = match state.runtime.start_run(command).await? {
@@ -366,6 +375,7 @@ pub(super) struct SessionQuery {
 )]
 pub(super) async fn get_run(
     State(state): State<AppState>,
+    caller: Caller,
     Path((agent_id, run_id)): Path<(String, String)>,
     Query(query): Query<SessionQuery>,
 ) -> Result<Json<dto::RunOutput>, ApiError> {
@@ -373,6 +383,7 @@ pub(super) async fn get_run(
     let not_found = || ApiError::NotFound(format!("Run {run_id} not found"));
     let parsed = RunId::parse(&run_id).map_err(|_| not_found())?;
     let view = state.runtime.run_view(&parsed)?.ok_or_else(not_found)?;
+    check_owner(&state, &caller, &view.session_id, not_found)?;
     let wrong_session = query
         .session_id
         .as_deref()
@@ -390,11 +401,24 @@ pub(super) async fn get_run(
 )]
 pub(super) async fn cancel_run(
     State(state): State<AppState>,
+    caller: Caller,
     Path((agent_id, run_id)): Path<(String, String)>,
 ) -> Result<Json<dto::Empty>, ApiError> {
     find_agent(&state.runtime, &agent_id)?;
+    let parsed = RunId::parse(&run_id);
+    if caller.owner().is_some() {
+        // Under per-user isolation a run that is not the caller's is 404, and so is an
+        // unknown one: the answer does not tell another user's run from no run.
+        let not_found = || ApiError::NotFound(format!("Run {run_id} not found"));
+        let head = match &parsed {
+            Ok(parsed) => state.runtime.run_head(parsed)?,
+            Err(_) => None,
+        };
+        let head = head.ok_or_else(not_found)?;
+        check_owner(&state, &caller, &head.session_id, not_found)?;
+    }
     // agno answers 200 {} for unknown or finished runs too: cancel records intent.
-    if let Ok(run_id) = RunId::parse(&run_id) {
+    if let Ok(run_id) = parsed {
         state.runtime.cancel_run(&run_id).await?;
     }
     Ok(Json(dto::Empty {}))
@@ -427,6 +451,7 @@ pub(super) struct AgentRunsQuery {
 )]
 pub(super) async fn list_agent_runs(
     State(state): State<AppState>,
+    caller: Caller,
     Path(agent_id): Path<String>,
     Query(query): Query<AgentRunsQuery>,
 ) -> Result<Json<dto::RunPage>, ApiError> {
@@ -454,7 +479,7 @@ pub(super) async fn list_agent_runs(
     let skip = (page - 1).saturating_mul(limit);
     let (runs, total_count) = match query.session_id.as_deref() {
         Some(session_id) => {
-            let session = find_session(&state, session_id)?;
+            let session = find_session(&state, &caller, session_id)?;
             let mut runs: Vec<RunView> = state
                 .runtime
                 .session_runs(&session.session_id)?
@@ -467,9 +492,12 @@ pub(super) async fn list_agent_runs(
             let total = runs.len();
             (runs.into_iter().skip(skip).take(limit).collect(), total)
         }
-        None => state
-            .runtime
-            .agent_runs(&agent.id, status, skip, limit, true)?,
+        None => match caller.owner() {
+            Some(owner) => own_runs(&state, &agent.id, owner, status, skip, limit)?,
+            None => state
+                .runtime
+                .agent_runs(&agent.id, status, skip, limit, true)?,
+        },
     };
     let runs: Vec<&RunView> = runs.iter().collect();
     Ok(Json(dto::RunPage {
@@ -481,4 +509,37 @@ pub(super) async fn list_agent_runs(
             total_count,
         },
     }))
+}
+
+/// One page of an agent's runs in one user's sessions, newest first, and how many
+/// there are (per-user isolation): costs that user's runs of the agent, not everyone's.
+fn own_runs(
+    state: &AppState,
+    agent_id: &str,
+    owner: &str,
+    status: Option<RunStatus>,
+    skip: usize,
+    limit: usize,
+) -> Result<(Vec<RunView>, usize), ApiError> {
+    let filter = turnstile_actors::directory::SessionFilter {
+        agent_id: Some(agent_id.to_owned()),
+        user_id: Some(owner.to_owned()),
+        name_contains: None,
+    };
+    let (sessions, _) = state.runtime.directory().page(&filter, true, 0, usize::MAX);
+    let mut runs = Vec::new();
+    for entry in sessions {
+        let session_runs = state.runtime.session_runs(&entry.session_id)?;
+        runs.extend(
+            session_runs
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|run| run.agent_id == agent_id)
+                .filter(|run| status.is_none_or(|status| run.status == status)),
+        );
+    }
+    // Run ids are UUIDv7: their text sorts by creation time.
+    runs.sort_by(|a, b| b.run_id.as_str().cmp(a.run_id.as_str()));
+    let total = runs.len();
+    Ok((runs.into_iter().skip(skip).take(limit).collect(), total))
 }

@@ -12,9 +12,10 @@ use turnstile_projections::RunView;
 use utoipa::IntoParams;
 
 use super::runs::runs_json;
-use super::{AppState, agent_name_of, find_agent, find_session, positive, sdk_of};
+use super::{AppState, agent_name_of, check_owner, find_agent, find_session, positive, sdk_of};
 use crate::api::error::ApiError;
 use crate::api::error::ErrorBody;
+use crate::auth::Caller;
 use crate::wire::dto;
 use crate::wire::dto::{Compacted, RunOutput, SessionDetail, SessionPage};
 
@@ -26,11 +27,13 @@ use crate::wire::dto::{Compacted, RunOutput, SessionDetail, SessionPage};
 )]
 pub(super) async fn compact_session(
     State(state): State<AppState>,
+    caller: Caller,
     Path((agent_id, session_id)): Path<(String, String)>,
 ) -> Result<Json<dto::Compacted>, ApiError> {
     let agent = find_agent(&state.runtime, &agent_id)?;
     let not_found = || ApiError::NotFound(format!("Session {session_id} not found"));
     let session = SessionId::parse(&session_id).map_err(|_| not_found())?;
+    check_owner(&state, &caller, &session, not_found)?;
     match state.runtime.compact_session(&agent.id, &session).await? {
         Ok(outcome) => Ok(Json(dto::Compacted {
             status: outcome.status,
@@ -77,6 +80,7 @@ pub(super) struct SessionsQuery {
 )]
 pub(super) async fn list_sessions(
     State(state): State<AppState>,
+    caller: Caller,
     Query(query): Query<SessionsQuery>,
 ) -> Result<Json<dto::SessionPage>, ApiError> {
     let limit = positive("limit", query.limit.as_deref(), 20, 1_000)?;
@@ -110,7 +114,11 @@ pub(super) async fn list_sessions(
     };
     let filter = turnstile_actors::directory::SessionFilter {
         agent_id: query.component_id.clone(),
-        user_id: query.user_id.clone(),
+        // An isolated caller lists its own sessions, whatever it asks for.
+        user_id: caller
+            .owner()
+            .map(str::to_owned)
+            .or_else(|| query.user_id.clone()),
         name_contains: query.session_name.clone(),
     };
     let (entries, total_count) = if agent_sessions {
@@ -148,9 +156,10 @@ pub(super) async fn list_sessions(
 )]
 pub(super) async fn get_session_run(
     State(state): State<AppState>,
+    caller: Caller,
     Path((session_id, run_id)): Path<(String, String)>,
 ) -> Result<Json<dto::RunOutput>, ApiError> {
-    let session = find_session(&state, &session_id)?;
+    let session = find_session(&state, &caller, &session_id)?;
     let not_found =
         || ApiError::NotFound(format!("Run {run_id} not found in session {session_id}"));
     let parsed = turnstile_journal::RunId::parse(&run_id).map_err(|_| not_found())?;
@@ -169,9 +178,10 @@ pub(super) async fn get_session_run(
 )]
 pub(super) async fn get_session(
     State(state): State<AppState>,
+    caller: Caller,
     Path(session_id): Path<String>,
 ) -> Result<Json<dto::SessionDetail>, ApiError> {
-    let session = find_session(&state, &session_id)?;
+    let session = find_session(&state, &caller, &session_id)?;
     let agent_id = &session.session.agent_id;
     let (sdk, name) = (
         sdk_of(&state.runtime, agent_id),
@@ -187,9 +197,10 @@ pub(super) async fn get_session(
 )]
 pub(super) async fn get_session_runs(
     State(state): State<AppState>,
+    caller: Caller,
     Path(session_id): Path<String>,
 ) -> Result<Json<Vec<dto::RunOutput>>, ApiError> {
-    let session = find_session(&state, &session_id)?;
+    let session = find_session(&state, &caller, &session_id)?;
     let name = agent_name_of(&state.runtime, &session.session.agent_id);
     let runs = state
         .runtime
@@ -207,9 +218,10 @@ pub(super) async fn get_session_runs(
 )]
 pub(super) async fn delete_session(
     State(state): State<AppState>,
+    caller: Caller,
     Path(session_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let session = find_session(&state, &session_id)?;
+    let session = find_session(&state, &caller, &session_id)?;
     match state.runtime.delete_session(&session.session_id).await? {
         Ok(true) => Ok(StatusCode::NO_CONTENT.into_response()),
         Ok(false) => Err(ApiError::NotFound(format!(

@@ -179,7 +179,7 @@ pub(super) fn online(
     session: Option<&str>,
 ) -> anyhow::Result<Result<crate::client::Export, ExitCode>> {
     let config = load_config(config, None)?;
-    let target = crate::client::Target::new(Some(url), &config)?;
+    let target = crate::client::Target::new(Some(url), None, &config)?;
     match crate::client::export(target, session) {
         Ok(export) => Ok(Ok(export)),
         Err(crate::client::Failure::Refused(message)) => {

@@ -99,6 +99,10 @@ struct Remote {
     /// Configuration file, for the address and the API key's variable.
     #[arg(long, global = true)]
     config: Option<PathBuf>,
+    /// A signed token for a server in `[auth] mode = "jwt"` (default:
+    /// $TURNSTILE_TOKEN); it shows what the token may see.
+    #[arg(long, global = true)]
+    token: Option<String>,
     /// The server's JSON instead of a table.
     #[arg(long, global = true)]
     json: bool,

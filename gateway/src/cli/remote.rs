@@ -8,7 +8,7 @@ pub(super) fn remote(
     remote: &Remote,
 ) -> anyhow::Result<(crate::client::Target, tokio::runtime::Runtime)> {
     let config = load_config(remote.config.clone(), None)?;
-    let target = crate::client::Target::new(remote.url.clone(), &config)?;
+    let target = crate::client::Target::new(remote.url.clone(), remote.token.clone(), &config)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

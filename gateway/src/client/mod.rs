@@ -2,7 +2,8 @@
 //! over its HTTP API, as readable tables (or `--json`, the server's own JSON).
 //!
 //! The server is `--url`, else the configured address (`--config`, else the default
-//! `127.0.0.1:7777`); the API key is read from the configured variable
+//! `127.0.0.1:7777`); the credential is `--token` or `$TURNSTILE_TOKEN` (a signed token,
+//! for a server in `[auth] mode = "jwt"`), else the API key of the configured variable
 //! (`server.api_key_env`, `TURNSTILE_API_KEY` by default) when it is set. A refusal by
 //! the server prints its message and exits 1; a server that cannot be reached, 2.
 
@@ -18,9 +19,12 @@ pub use export::{Export, export};
 /// Where the server is and how to authenticate.
 pub struct Target {
     base: String,
+    /// The bearer credential sent: the token, else the API key.
     api_key: Option<String>,
-    /// The variable the key was read from, for the hint of a 401.
+    /// Where it was read from, for the hint of a 401.
     api_key_env: String,
+    /// The credential is a token (`--token` or `$TURNSTILE_TOKEN`).
+    token: bool,
     client: reqwest::Client,
 }
 
@@ -57,8 +61,13 @@ fn typed<T: serde::de::DeserializeOwned>(answer: Value) -> Result<T, Failure> {
 const TERMINAL: [&str; 3] = ["RunCompleted", "RunError", "RunCancelled"];
 
 impl Target {
-    /// From `--url` or the configuration.
-    pub fn new(url: Option<String>, config: &Config) -> anyhow::Result<Target> {
+    /// From `--url` or the configuration, with `--token` (else `$TURNSTILE_TOKEN`, else
+    /// the configured API key variable).
+    pub fn new(
+        url: Option<String>,
+        token: Option<String>,
+        config: &Config,
+    ) -> anyhow::Result<Target> {
         let base = match url {
             Some(url) => url,
             None => format!("http://{}", config.server.addr),
@@ -67,16 +76,27 @@ impl Target {
         if !base.starts_with("http://") {
             anyhow::bail!("--url {base:?}: only http:// URLs are served by turnstile");
         }
-        let api_key = std::env::var(&config.server.api_key_env)
-            .ok()
-            .filter(|key| !key.is_empty());
+        let token = token
+            .or_else(|| std::env::var("TURNSTILE_TOKEN").ok())
+            .filter(|token| !token.is_empty());
+        let (api_key, api_key_env) = match token {
+            Some(token) => (Some(token), "TURNSTILE_TOKEN".to_owned()),
+            None => (
+                std::env::var(&config.server.api_key_env)
+                    .ok()
+                    .filter(|key| !key.is_empty()),
+                config.server.api_key_env.clone(),
+            ),
+        };
+        let token = api_key_env == "TURNSTILE_TOKEN";
         let client = reqwest::Client::builder()
             .connect_timeout(std::time::Duration::from_secs(10))
             .build()?;
         Ok(Target {
             base,
             api_key,
-            api_key_env: config.server.api_key_env.clone(),
+            api_key_env,
+            token,
             client,
         })
     }
@@ -139,7 +159,11 @@ impl Target {
             .map(str::to_owned)
             .unwrap_or_else(|| body.to_string());
         let mut message = format!("{detail} (HTTP {})", status.as_u16());
-        if status == reqwest::StatusCode::UNAUTHORIZED {
+        if status == reqwest::StatusCode::UNAUTHORIZED && self.token {
+            message.push_str(
+                "\nthe token (--token or TURNSTILE_TOKEN) was refused: it may have expired, or be signed for another server",
+            );
+        } else if status == reqwest::StatusCode::UNAUTHORIZED {
             let variable = &self.api_key_env;
             let read = if self.api_key.is_some() {
                 format!("the key in {variable} is not the server's")

@@ -6,7 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
+mod auth;
 mod located;
+pub use auth::{ALGORITHMS, AuthMode, AuthSection};
 use located::located;
 
 use serde::{Deserialize, Serialize};
@@ -26,6 +28,9 @@ pub struct Config {
     /// `[telemetry]`: OpenTelemetry traces, off unless an endpoint is given.
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// `[auth]`: the API key (default) or signed tokens with scopes.
+    #[serde(default)]
+    pub auth: AuthSection,
     /// `[[agents]]`; one scripted agent when absent.
     #[serde(default = "default_agents")]
     pub agents: Vec<AgentConfig>,
@@ -264,6 +269,7 @@ impl Config {
             server: ServerConfig::default(),
             journal: JournalSection::default(),
             telemetry: TelemetryConfig::default(),
+            auth: AuthSection::default(),
             agents: default_agents(),
         };
         config.resolve_paths();
@@ -332,6 +338,7 @@ impl Config {
     }
 
     fn check(&self) -> Result<(), ConfigError> {
+        self.auth.check().map_err(ConfigError::Invalid)?;
         if !(self.journal.lease_s.is_finite() && self.journal.lease_s >= 0.5) {
             return Err(ConfigError::Invalid(
                 "journal.lease_s must be at least 0.5 seconds".into(),
@@ -489,6 +496,7 @@ impl Config {
     /// `--config` accepts it back.
     pub fn to_toml(&self) -> Result<String, ConfigError> {
         let mut effective = self.clone();
+        effective.auth = self.auth.masked();
         for agent in &mut effective.agents {
             agent.name.get_or_insert_with(|| agent.id.clone());
             agent
@@ -521,7 +529,7 @@ impl Config {
         }
         // `[server]` first, then the agents, as a person writes the file.
         let mut text = String::new();
-        for key in ["server", "journal", "telemetry", "agents"] {
+        for key in ["server", "auth", "journal", "telemetry", "agents"] {
             let mut part = toml::Table::new();
             if let Some(section) = value.as_table_mut().and_then(|table| table.remove(key)) {
                 part.insert(key.to_owned(), section);

@@ -1,5 +1,5 @@
 // turnstile's web console: plain JavaScript, no build step, served from the binary.
-// It reads the HTTP API with the key kept in this tab's sessionStorage; every page
+// It reads the HTTP API with the key (or signed token) kept in this tab's sessionStorage; every page
 // reads paginated or per-session routes, never the whole journal.
 "use strict";
 
@@ -70,7 +70,9 @@ function form(fields) {
 function showError(error) {
   let text;
   if (error instanceof ApiError && error.status === 401) {
-    text = "The server needs its API key: enter it above (it is kept in this tab only), then try again.";
+    text = "The server needs its API key or a token: enter it above (it is kept in this tab only), then try again.";
+  } else if (error instanceof ApiError && error.status === 403) {
+    text = `Your token does not allow this (403): ${error.message}`;
   } else if (error instanceof ApiError && error.status === 404) {
     text = `Not found: ${error.message}`;
   } else if (error instanceof ApiError && error.status === 409) {
@@ -459,14 +461,34 @@ async function render() {
   }
 }
 
+// Who a signed token names (its `sub`), read from its payload to say who is signed in;
+// the server, not this page, checks the signature. `null` for an API key.
+function tokenUser(credential) {
+  const parts = (credential || "").split(".");
+  if (parts.length !== 3) return null;
+  try {
+    const json = atob(parts[1].replace(/-/g, "+").replace(/_/g, "/"));
+    const claims = JSON.parse(json);
+    return typeof claims.sub === "string" ? claims.sub : "a token without a user";
+  } catch (_) {
+    return null;
+  }
+}
+
+function credentialState(credential) {
+  if (!credential) return "";
+  const user = tokenUser(credential);
+  return user ? `signed in as ${user}` : "key set for this tab";
+}
+
 document.getElementById("login").addEventListener("submit", (event) => {
   event.preventDefault();
   const value = document.getElementById("key").value;
   if (value) sessionStorage.setItem(KEY, value); else sessionStorage.removeItem(KEY);
   document.getElementById("key").value = "";
-  document.getElementById("key-state").textContent = value ? "key set for this tab" : "no key";
+  document.getElementById("key-state").textContent = value ? credentialState(value) : "no key";
   render();
 });
-document.getElementById("key-state").textContent = sessionStorage.getItem(KEY) ? "key set for this tab" : "";
+document.getElementById("key-state").textContent = credentialState(sessionStorage.getItem(KEY));
 window.addEventListener("hashchange", render);
 render();
