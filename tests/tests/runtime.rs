@@ -16,6 +16,7 @@ turnstile_tests::on_both_backends!(
     a_finished_run_replays_from_any_index,
     cancel_interrupts_a_sleeping_turn_and_keeps_its_tool_calls,
     a_session_resumes_from_the_journal_after_reopening,
+    an_isolated_turn_never_enters_another_users_session,
 );
 
 fn open(dir: &Store) -> Runtime {
@@ -186,6 +187,53 @@ async fn a_session_resumes_from_the_journal_after_reopening(dir: Store) {
         .unwrap();
     assert_eq!(history.content, "remember the blue door\nwhat did I say?");
     assert!(runtime.journal().verify(|_| ()).unwrap().is_ok());
+    runtime.shutdown().await.unwrap();
+}
+
+/// Per-user isolation, checked by the session's actor (the embedding API has no
+/// gateway in front): a turn of another user on an existing session, or on one whose
+/// creation is on its way to the journal, is refused as an unknown session.
+async fn an_isolated_turn_never_enters_another_users_session(dir: Store) {
+    let runtime = open(&dir);
+    // Queued behind a busy session rather than refused: only ownership refuses.
+    let as_user = |session: &str, user: &str| StartRun {
+        user_id: Some(user.to_owned()),
+        isolated: true,
+        ..start_command(session, "hello", Multitask::Enqueue)
+    };
+    runtime
+        .start_run(as_user("mine", "alice"))
+        .await
+        .unwrap()
+        .unwrap()
+        .outcome()
+        .await
+        .unwrap();
+    let taken = runtime.start_run(as_user("mine", "bob")).await.unwrap();
+    assert!(
+        matches!(taken, Err(Refused::UnknownSession { .. })),
+        "{:?}",
+        taken.map(|handle| handle.run_id)
+    );
+    // Concurrent first turns of two users: one owns the session, the other is refused.
+    for round in 0..50 {
+        let session = format!("race-{round}");
+        let (first, second) = tokio::join!(
+            runtime.start_run(as_user(&session, "alice")),
+            runtime.start_run(as_user(&session, "bob")),
+        );
+        let accepted = [first.unwrap(), second.unwrap()]
+            .into_iter()
+            .filter_map(Result::ok)
+            .count();
+        assert_eq!(accepted, 1, "round {round}");
+    }
+    // Without isolation the embedding service decides, as before.
+    let shared = StartRun {
+        user_id: Some("bob".into()),
+        ..turn("mine", "hello")
+    };
+    assert!(runtime.start_run(shared).await.unwrap().is_ok());
     runtime.shutdown().await.unwrap();
 }
 
