@@ -1,8 +1,10 @@
 //! Compatibility with a client no one here wrote: agno 3.1.10's own `AgentOSClient`
 //! drives the real `turnstile serve` (`tests/agno/compat.py`): agents, runs
 //! (non-streamed and streamed, events parsed into agno's types), continue, cancel, a
-//! background run, sessions, a session, its runs, and metrics; and the same client
-//! driving an agent on the real codex CLI (`tests/agno/codex.py`).
+//! background run, sessions, a session, its runs, and metrics; the same client with
+//! each user's bearer token against a server with signed tokens and per-user isolation
+//! (`tests/agno/tokens.py`); and the same client driving an agent on the real codex CLI
+//! (`tests/agno/codex.py`).
 //!
 //! Needs Python with `tests/agno/requirements.txt` installed: the README's test command
 //! puts it in `target/agno-venv` (else `TURNSTILE_PYTHON`, else `python3`); without it
@@ -40,6 +42,11 @@ fn python_with_agno() -> String {
 
 /// Runs `tests/agno/<script>` against `server`; it prints `expected` when all is well.
 fn drive(script: &str, server: &Server, expected: &str) {
+    drive_with(script, server, &[], expected);
+}
+
+/// [`drive`] with more arguments after the server's URL.
+fn drive_with(script: &str, server: &Server, args: &[&str], expected: &str) {
     let python = python_with_agno();
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("agno")
@@ -47,6 +54,7 @@ fn drive(script: &str, server: &Server, expected: &str) {
     let output = Command::new(&python)
         .arg(&script)
         .arg(&server.base)
+        .args(args)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -63,6 +71,39 @@ fn agnos_own_client_parses_every_answer() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     drive("compat.py", &server, "all calls parsed");
+}
+
+/// The same client with bearer tokens against a server in `[auth] mode = "jwt"` with
+/// per-user isolation (issue 31): a user's own sessions, runs and metrics, another's
+/// `404`, a missing scope `403`.
+#[test]
+fn agnos_own_client_works_with_signed_tokens_31() {
+    use turnstile_tests::tokens::{claims, rsa};
+    let dir = tempfile::tempdir().unwrap();
+    let key = rsa();
+    let config = dir.path().join("turnstile.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[auth]\nmode = \"jwt\"\nuser_isolation = true\nverification_keys = ['''\n{}''']\n",
+            key.public_pem
+        ),
+    )
+    .unwrap();
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let user = ["agents:read", "agents:run", "sessions:read", "metrics:read"];
+    let alice = key.sign(None, &claims(Some("alice"), &user));
+    let bob = key.sign(None, &claims(Some("bob"), &user));
+    let reader = key.sign(None, &claims(Some("carol"), &["agents:read"]));
+    drive_with(
+        "tokens.py",
+        &server,
+        &[&alice, &bob, &reader],
+        "with tokens: all calls parsed",
+    );
 }
 
 /// The same client drives an agent on the real codex CLI (issue 15): run, stream,
