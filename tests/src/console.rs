@@ -182,3 +182,64 @@ pub fn console_run(shots: &Path) {
         );
     }
 }
+
+/// Starts the real binary with signed tokens and per-user isolation, seeds one session
+/// per user, and has `tests/console/tokens.cjs` sign in as each in headless Chromium.
+pub fn console_tokens_run(shots: &Path) {
+    use crate::tokens::{claims, hmac};
+    let dir = tempfile::tempdir().unwrap();
+    let secret = "console-test-hmac-secret-32-bytes";
+    let config = dir.path().join("turnstile.toml");
+    std::fs::write(
+        &config,
+        format!("[auth]\nmode = \"jwt\"\nalgorithm = \"HS256\"\nuser_isolation = true\nverification_keys = [\"{secret}\"]\n"),
+    )
+    .unwrap();
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let scopes = ["agents:read", "agents:run", "sessions:read", "metrics:read"];
+    let token = |sub: &str| {
+        hmac(
+            jsonwebtoken::Algorithm::HS256,
+            secret.as_bytes(),
+            &claims(Some(sub), &scopes),
+        )
+    };
+    let (alice, bob) = (token("alice"), token("bob"));
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        for (user, session) in [(&alice, "alice-notes"), (&bob, "bob-notes")] {
+            let response = http_client()
+                .post(server.url("/agents/scripted/runs"))
+                .bearer_auth(user)
+                .form(&[
+                    ("message", format!("notes of {session}").as_str()),
+                    ("session_id", session),
+                    ("stream", "false"),
+                ])
+                .send()
+                .await
+                .unwrap();
+            assert!(response.status().is_success(), "{}", response.status());
+        }
+    });
+    let output = Command::new("node")
+        .arg(repo().join("tests/console/tokens.cjs"))
+        .arg(&server.base)
+        .args([&alice, &bob])
+        .arg(shots)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the console failed:\n{stdout}\n{stderr}\nserver:\n{}",
+        server.logs().join("\n")
+    );
+    assert!(
+        stdout.contains("console tokens: all checks passed"),
+        "{stdout}"
+    );
+}

@@ -4,12 +4,13 @@
 //! the key, a session created through the API, its timeline with a tool call nested
 //! under the call that delegated it, a retry and a fork, a live run's events while it
 //! runs (and after a reload), refusals (409, 404), cancel from the page, the metrics'
-//! charts, and fit a phone-width screen by keyboard.
+//! charts, and fit a phone-width screen by keyboard. Signed in with a token of a server
+//! with per-user isolation, it shows that user's sessions only.
 //!
 //! The test writes its screenshots to a temporary directory;
 //! `cargo run -p turnstile-tests --example screenshots` remakes those of `docs/console/`.
 
-use turnstile_tests::console::{console_run, tools};
+use turnstile_tests::console::{console_run, console_tokens_run, tools};
 
 #[test]
 fn the_console_shows_sessions_timelines_live_runs_and_refusals_18() {
@@ -18,4 +19,14 @@ fn the_console_shows_sessions_timelines_live_runs_and_refusals_18() {
     }
     let shots = tempfile::tempdir().unwrap();
     console_run(shots.path());
+}
+
+/// Signed in with a token, the console shows that user's sessions only (issue 31).
+#[test]
+fn the_console_signs_in_with_a_token_and_shows_only_that_users_sessions_31() {
+    if tools().is_none() {
+        return;
+    }
+    let shots = tempfile::tempdir().unwrap();
+    console_tokens_run(shots.path());
 }
