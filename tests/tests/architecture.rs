@@ -2,7 +2,9 @@
 //! sources so they cannot rot: the dependency direction between crates, the libraries
 //! reserved to one crate, versions only in the workspace, a `//!` doc atop every
 //! Rust file, no circle between the files of a crate, rooms that stay small (files and
-//! functions), `unsafe` in one place only, and fault injection in the tests only.
+//! functions), `unsafe` in one place only, fault injection in the tests only, and
+//! authorization that no route escapes (a scope for every route, the caller in every
+//! handler of sessions and runs).
 
 use std::path::{Path, PathBuf};
 
@@ -657,4 +659,88 @@ fn the_function_counter_sees_a_long_function() {
     lines.extend((0..90).map(|_| "        step();".to_owned()));
     lines.push("    }".to_owned());
     assert_eq!(function_lengths(&lines), [("long".to_owned(), 92)]);
+}
+
+/// The routes the router serves, as (method, path with `{x}` for each parameter), read
+/// from `gateway/src/api/mod.rs`.
+fn served_routes() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(root().join("gateway/src/api/mod.rs")).unwrap();
+    let start = text.find("pub fn router(").expect("the router");
+    let end = start + text[start..].find(".fallback(").expect("its fallback");
+    let mut routes = Vec::new();
+    for chunk in text[start..end].split(".route(").skip(1) {
+        let path = chunk.split('"').nth(1).expect("a quoted path");
+        let path: String = path
+            .split('/')
+            .map(|segment| {
+                if segment.starts_with('{') {
+                    "x"
+                } else {
+                    segment
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("/");
+        for method in ["get", "post", "delete", "put", "patch"] {
+            let called = chunk.match_indices(&format!("{method}(")).any(|(at, _)| {
+                at == 0
+                    || !chunk.as_bytes()[at - 1].is_ascii_alphanumeric()
+                        && chunk.as_bytes()[at - 1] != b'_'
+            });
+            if called {
+                routes.push((method.to_ascii_uppercase(), path.clone()));
+            }
+        }
+    }
+    routes
+}
+
+/// Authorization (issue 31): every route but `/health` and the console's files has a
+/// row in the scopes table, with and without per-user isolation, so no route is served
+/// to any valid token by omission.
+#[test]
+fn every_served_route_has_a_scope_31() {
+    use turnstile_gateway::auth::scopes::requirement;
+    let routes = served_routes();
+    assert!(routes.len() >= 20, "the router was not read: {routes:?}");
+    let open = ["/health", "/", "/ui", "/ui/", "/ui/app.js", "/ui/app.css"];
+    let missing: Vec<String> = routes
+        .iter()
+        .filter(|(_, path)| !open.contains(&path.as_str()))
+        .filter(|(method, path)| {
+            let method: hyper::Method = method.parse().unwrap();
+            requirement(&method, path, false).is_none()
+                || requirement(&method, path, true).is_none()
+        })
+        .map(|(method, path)| format!("{method} {path}"))
+        .collect();
+    assert!(missing.is_empty(), "routes without a scope: {missing:?}");
+}
+
+/// Authorization (issue 31): no read bypasses the scope. Every handler of the routes
+/// that read or drive sessions and runs takes the [`Caller`], whose owner it must
+/// respect; the one exception is named here (runtime-wide counters, the admin's under
+/// isolation).
+#[test]
+fn every_session_handler_takes_the_caller_31() {
+    let exempt = ["prometheus"];
+    let mut without = Vec::new();
+    for file in ["runs.rs", "sessions.rs", "resume.rs", "metrics.rs"] {
+        let text = std::fs::read_to_string(root().join("gateway/src/api").join(file)).unwrap();
+        for chunk in text.split("async fn ").skip(1) {
+            let name = chunk.split('(').next().unwrap().trim().to_owned();
+            let signature = chunk.split('{').next().unwrap();
+            if signature.contains("State<AppState>")
+                && !signature.contains("caller: Caller")
+                && !signature.contains("caller: crate::auth::Caller")
+                && !exempt.contains(&name.as_str())
+            {
+                without.push(format!("{file}: {name}"));
+            }
+        }
+    }
+    assert!(
+        without.is_empty(),
+        "handlers that do not take the caller: {without:?}"
+    );
 }

@@ -124,7 +124,10 @@ pub fn router(state: AppState) -> Router {
             refuse_large_bodies,
         ))
         .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
+            crate::auth::Guard {
+                auth: state.auth.clone(),
+                open: |path| path == "/health" || ui::is_console(path),
+            },
             crate::auth::authenticate,
         ))
         .layer(axum::middleware::from_fn(log_request))
@@ -161,11 +164,6 @@ async fn log_request(request: Request, next: axum::middleware::Next) -> Response
         tracing::info!(target: "turnstile::http", method = %method, path, status, latency_ms, run_id, session_id, user, "{method} {path} {status} {ms:.1} ms{by}");
     }
     response
-}
-
-/// Whether a path is one of the console's static files (open, like `/health`).
-pub(crate) fn ui_path(path: &str) -> bool {
-    ui::is_console(path)
 }
 
 /// The path segment after `collection` (`/agents/a/runs/ID/cancel` → `ID`), if any.

@@ -71,45 +71,7 @@ impl Verifier {
             .iter()
             .map(|(name, text)| static_key(algorithm, name, text))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let jwks_file = section.jwks_file.clone().or_else(|| {
-            std::env::var_os("JWT_JWKS_FILE")
-                .filter(|path| !path.is_empty())
-                .map(Into::into)
-        });
-        let (mut by_kid, mut unnamed) = (HashMap::new(), Vec::new());
-        if let Some(path) = &jwks_file {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read the JWKS file {}", path.display()))?;
-            let set: JwkSet = serde_json::from_str(&text).with_context(|| {
-                format!("the JWKS file {} is not a JSON Web Key Set", path.display())
-            })?;
-            for jwk in &set.keys {
-                if !same_family(algorithm, &jwk.algorithm)
-                    || jwk
-                        .common
-                        .key_algorithm
-                        .is_some_and(|alg| format!("{alg:?}") != format!("{algorithm:?}"))
-                {
-                    continue;
-                }
-                let key = DecodingKey::from_jwk(jwk).with_context(|| {
-                    format!("a key of the JWKS file {} cannot be used", path.display())
-                })?;
-                match &jwk.common.key_id {
-                    Some(kid) => {
-                        by_kid.insert(kid.clone(), key);
-                    }
-                    None => unnamed.push(key),
-                }
-            }
-            if by_kid.is_empty() && unnamed.is_empty() {
-                bail!(
-                    "the JWKS file {} holds no key for auth.algorithm {:?}",
-                    path.display(),
-                    section.algorithm
-                );
-            }
-        }
+        let (by_kid, unnamed) = jwks_keys(section, algorithm)?;
         if keys.is_empty() && by_kid.is_empty() && unnamed.is_empty() {
             bail!(
                 "auth.mode = \"jwt\" needs a key to verify tokens with, and found none: set auth.verification_keys, $JWT_VERIFICATION_KEY, auth.jwks_file or $JWT_JWKS_FILE"
@@ -186,6 +148,54 @@ impl Verifier {
         };
         Ok(Claims { sub, scopes })
     }
+}
+
+/// A JWKS file's keys: by `kid`, and those without one.
+type JwksKeys = (HashMap<String, DecodingKey>, Vec<DecodingKey>);
+
+/// The keys of the JWKS file (`jwks_file`, else `$JWT_JWKS_FILE`) that suit the
+/// algorithm.
+fn jwks_keys(section: &AuthSection, algorithm: Algorithm) -> anyhow::Result<JwksKeys> {
+    let jwks_file = section.jwks_file.clone().or_else(|| {
+        std::env::var_os("JWT_JWKS_FILE")
+            .filter(|path| !path.is_empty())
+            .map(Into::into)
+    });
+    let (mut by_kid, mut unnamed) = (HashMap::new(), Vec::new());
+    if let Some(path) = &jwks_file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the JWKS file {}", path.display()))?;
+        let set: JwkSet = serde_json::from_str(&text).with_context(|| {
+            format!("the JWKS file {} is not a JSON Web Key Set", path.display())
+        })?;
+        for jwk in &set.keys {
+            if !same_family(algorithm, &jwk.algorithm)
+                || jwk
+                    .common
+                    .key_algorithm
+                    .is_some_and(|alg| format!("{alg:?}") != format!("{algorithm:?}"))
+            {
+                continue;
+            }
+            let key = DecodingKey::from_jwk(jwk).with_context(|| {
+                format!("a key of the JWKS file {} cannot be used", path.display())
+            })?;
+            match &jwk.common.key_id {
+                Some(kid) => {
+                    by_kid.insert(kid.clone(), key);
+                }
+                None => unnamed.push(key),
+            }
+        }
+        if by_kid.is_empty() && unnamed.is_empty() {
+            bail!(
+                "the JWKS file {} holds no key for auth.algorithm {:?}",
+                path.display(),
+                section.algorithm
+            );
+        }
+    }
+    Ok((by_kid, unnamed))
 }
 
 /// One key of `verification_keys`: an HMAC secret for `HS*`, else a PEM public key of

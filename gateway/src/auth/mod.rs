@@ -20,8 +20,6 @@ use axum::response::{IntoResponse, Response};
 use axum::{Json, middleware::Next};
 use serde_json::json;
 
-use crate::api::AppState;
-
 /// How callers authenticate.
 pub enum Auth {
     /// No key configured: every caller may do everything.
@@ -94,13 +92,22 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
 #[derive(Debug, Clone)]
 pub struct LoggedCaller(pub Arc<str>);
 
+/// What the middleware holds: the mode, and which paths stay open (the router's
+/// `/health` and the console's files).
+#[derive(Clone)]
+pub struct Guard {
+    /// How callers authenticate.
+    pub auth: Arc<Auth>,
+    /// Whether a path needs no credential.
+    pub open: fn(&str) -> bool,
+}
+
 /// The middleware (see the module doc).
-pub async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let path = request.uri().path();
-    if path == "/health" || crate::api::ui_path(path) {
+pub async fn authenticate(State(guard): State<Guard>, request: Request, next: Next) -> Response {
+    if (guard.open)(request.uri().path()) {
         return next.run(request).await;
     }
-    match &*state.auth {
+    match &*guard.auth {
         Auth::Open => next.run(request).await,
         Auth::Key(key) => {
             if matches_key(bearer(request.headers()).unwrap_or_default(), key) {
