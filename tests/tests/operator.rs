@@ -341,6 +341,10 @@ fn printed_with_every_key() -> String {
         r#"[telemetry]
 otlp_endpoint = "http://127.0.0.1:4318"
 
+[auth]
+mode = "jwt"
+jwks_file = "jwks.json"
+
 [journal]
 backend = "postgres"
 url = "postgres://turnstile:secret@127.0.0.1:9/turnstile"

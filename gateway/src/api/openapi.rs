@@ -49,7 +49,8 @@ use crate::api::error::ErrorBody;
 )]
 struct ApiDoc;
 
-/// The bearer key of `[server] api_key_env`.
+/// The bearer credential: the API key of `[server] api_key_env`, or a signed token
+/// (`[auth] mode = "jwt"`).
 struct Bearer;
 
 impl Modify for Bearer {
@@ -68,6 +69,28 @@ impl Modify for Bearer {
 pub fn document() -> Value {
     let mut document = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
     document["info"]["version"] = Value::from(env!("CARGO_PKG_VERSION"));
+    // Every route that needs a credential may also lack the token's scope, but for
+    // `GET /agents`, which lists fewer agents instead.
+    if let Some(paths) = document["paths"].as_object_mut() {
+        for (path, operations) in paths.iter_mut() {
+            let Some(operations) = operations.as_object_mut() else {
+                continue;
+            };
+            for (method, operation) in operations.iter_mut() {
+                if path == "/agents" && method == "get" {
+                    continue;
+                }
+                let responses = &mut operation["responses"];
+                if let Some(unauthorized) = responses.get("401").cloned() {
+                    let mut forbidden = unauthorized;
+                    forbidden["description"] = Value::from(
+                        "The token lacks the route's scope ([auth] mode = \"jwt\"): forbidden, naming the scope",
+                    );
+                    responses["403"] = forbidden;
+                }
+            }
+        }
+    }
     document
 }
 
