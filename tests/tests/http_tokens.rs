@@ -105,6 +105,24 @@ async fn forged_stale_and_misaddressed_tokens_are_refused_and_the_log_names_the_
         .unwrap();
     assert_eq!(lower.status(), 200);
 
+    // A token that expires while it is in use is refused once it has (the server
+    // remembers tokens it verified, and checks their times on every use).
+    let mut expiring = good("alice");
+    expiring["exp"] = json!(now_s() - 8);
+    let expiring = key.sign(None, &expiring);
+    assert_eq!(
+        call(&server, "GET", "/agents", Some(&expiring), &[])
+            .await
+            .0,
+        200
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(3_500)).await;
+    let (status, body) = call(&server, "GET", "/agents", Some(&expiring), &[]).await;
+    assert_eq!(
+        (status, body["detail"].as_str()),
+        (401, Some("Token has expired"))
+    );
+
     let missing = http_client()
         .get(server.url("/agents"))
         .send()
@@ -521,6 +539,35 @@ async fn each_user_sees_and_drives_only_their_own_sessions_across_a_restart() {
         ],
     );
     assert!(timeline.contains("user alice"), "{timeline}");
+
+    // An export imported into a new data directory keeps every owner.
+    let export = dir.path().join("export.jsonl");
+    turnstile_in_ok(
+        dir.path(),
+        &[
+            "journal",
+            "export",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--out",
+            export.to_str().unwrap(),
+        ],
+    );
+    let imported = dir.path().join("imported");
+    turnstile_in_ok(
+        dir.path(),
+        &[
+            "journal",
+            "import",
+            "--in",
+            export.to_str().unwrap(),
+            "--data-dir",
+            imported.to_str().unwrap(),
+        ],
+    );
+    let server = Server::start_with(&imported, &["--config", file.to_str().unwrap()]);
+    check_isolation(&server, &alice, &bob, &admin, &alice_run, &bob_run).await;
+    server.terminate();
 }
 
 /// Every read and write route, as alice (who owns `a1`), bob (`b1`) and the admin.

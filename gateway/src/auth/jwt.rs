@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::str::FromStr;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, bail};
 use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
@@ -19,6 +20,11 @@ use crate::config::AuthSection;
 
 /// agno's clock-skew tolerance for `exp` and `nbf`, in seconds.
 const LEEWAY_S: u64 = 10;
+
+/// Tokens whose signature was verified, remembered (with their claims) so that a
+/// caller's next request costs a lookup instead of an RSA or ECDSA verification; when
+/// full, the memory is emptied. Bounded: at most this many tokens (a few MB).
+const VERIFIED_TOKENS_MAX: usize = 4096;
 
 /// What a `401` says: no more than agno says about which check failed.
 pub const INVALID: &str = "Invalid authentication token";
@@ -32,9 +38,27 @@ pub const WRONG_AUDIENCE: &str =
 #[derive(Debug, Clone)]
 pub struct Claims {
     /// `sub`: the user.
-    pub sub: Option<String>,
+    pub sub: Option<Arc<str>>,
     /// `scopes` (a single string counts as one scope).
-    pub scopes: Vec<String>,
+    pub scopes: Arc<[String]>,
+    /// `exp` and `nbf`, seconds since the epoch, checked again on every use.
+    window: (Option<f64>, Option<f64>),
+}
+
+impl Claims {
+    /// Whether the token is still (or already) valid now, with the leeway.
+    fn current(&self) -> Result<(), &'static str> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|elapsed| elapsed.as_secs_f64())
+            .unwrap_or(0.0);
+        let leeway = LEEWAY_S as f64;
+        match self.window {
+            (Some(exp), _) if now > exp + leeway => Err(EXPIRED),
+            (_, Some(nbf)) if now + leeway < nbf => Err(INVALID),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// The keys and the checks of one server.
@@ -47,6 +71,8 @@ pub struct Verifier {
     by_kid: HashMap<String, DecodingKey>,
     /// The JWKS file's keys without a `kid`: tried for a token without one.
     unnamed: Vec<DecodingKey>,
+    /// Tokens already verified (see [`VERIFIED_TOKENS_MAX`]).
+    verified: Mutex<HashMap<Box<str>, Claims>>,
 }
 
 impl Verifier {
@@ -95,11 +121,35 @@ impl Verifier {
             keys,
             by_kid,
             unnamed,
+            verified: Mutex::new(HashMap::new()),
         })
     }
 
-    /// The claims of a valid token, or what the `401` says.
+    /// The claims of a valid token, or what the `401` says. A token verified before
+    /// is looked up (the same bytes verify the same way with the same keys, which are
+    /// read once at start), and only its times are checked again.
     pub fn verify(&self, token: &str) -> Result<Claims, &'static str> {
+        let known = self
+            .verified
+            .lock()
+            .ok()
+            .and_then(|verified| verified.get(token).cloned());
+        if let Some(claims) = known {
+            claims.current()?;
+            return Ok(claims);
+        }
+        let claims = self.verify_signed(token)?;
+        if let Ok(mut verified) = self.verified.lock() {
+            if verified.len() >= VERIFIED_TOKENS_MAX {
+                verified.clear();
+            }
+            verified.insert(token.into(), claims.clone());
+        }
+        Ok(claims)
+    }
+
+    /// [`Verifier::verify`] by the signature, with every check of the crate.
+    fn verify_signed(&self, token: &str) -> Result<Claims, &'static str> {
         let header = jsonwebtoken::decode_header(token).map_err(|_| INVALID)?;
         if header.alg != self.algorithm {
             return Err(INVALID);
@@ -133,7 +183,7 @@ impl Verifier {
         let claims = claims.ok_or(INVALID)?;
         let sub = match claims.get("sub") {
             None | Some(Value::Null) => None,
-            Some(Value::String(sub)) if !sub.is_empty() => Some(sub.clone()),
+            Some(Value::String(sub)) if !sub.is_empty() => Some(Arc::from(sub.as_str())),
             Some(_) => return Err(INVALID),
         };
         let scopes = match claims.get("scopes") {
@@ -146,7 +196,12 @@ impl Verifier {
             // The spec makes `scopes` a required claim.
             _ => return Err(INVALID),
         };
-        Ok(Claims { sub, scopes })
+        let time = |name: &str| claims.get(name).and_then(Value::as_f64);
+        Ok(Claims {
+            sub,
+            scopes: scopes.into(),
+            window: (time("exp"), time("nbf")),
+        })
     }
 }
 

@@ -130,7 +130,7 @@ async fn check_token(tokens: &Tokens, mut request: Request, next: Next) -> Respo
         Ok(claims) => claims,
         Err(detail) => return unauthorized(detail),
     };
-    let user: Option<Arc<str>> = claims.sub.as_deref().map(Arc::from);
+    let user = claims.sub.clone();
     let admin = claims
         .scopes
         .iter()
