@@ -348,6 +348,9 @@ async fn every_row_of_the_scopes_table_is_allowed_with_its_scope_and_refused_wit
     assert_eq!(run_on("helper", "agents:scripted:run").await, 403);
     assert_eq!(run_on("helper", "agents:*:run").await, 200);
     assert_eq!(run_on("helper", "agents:helper:read").await, 403);
+    // The agent is the one the route reads, percent-decoded.
+    assert_eq!(run_on("%73cripted", "agents:scripted:run").await, 200);
+    assert_eq!(run_on("%73cripted", "agents:%73cripted:run").await, 403);
     let read = token(&["agents:scripted:read"]);
     assert_eq!(
         call(&server, "GET", "/agents/scripted", Some(&read), &[])

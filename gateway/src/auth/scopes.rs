@@ -10,11 +10,12 @@ use axum::http::Method;
 
 /// What one route needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Requirement<'a> {
+pub struct Requirement {
     /// The scope (`resource:action`); `None`: the admin scope only.
     pub scope: Option<&'static str>,
-    /// The agent the path names, which a per-agent scope may grant.
-    pub agent_id: Option<&'a str>,
+    /// The agent the path names (percent-decoded, as the route reads it), which a
+    /// per-agent scope may grant.
+    pub agent_id: Option<String>,
     /// The route reads or drives sessions and runs: under `user_isolation` it is
     /// scoped to the caller's own, and needs a token with a `sub`.
     pub per_user: bool,
@@ -23,7 +24,7 @@ pub struct Requirement<'a> {
     pub listing: bool,
 }
 
-impl Requirement<'_> {
+impl Requirement {
     /// The scope a `403` names.
     pub fn named<'s>(&self, admin_scope: &'s str) -> &'s str {
         self.scope.unwrap_or(admin_scope)
@@ -31,19 +32,22 @@ impl Requirement<'_> {
 }
 
 /// The requirement of a route, or `None` for a route the table does not name (an
-/// unknown path or method: a valid token is enough to be told `404` or `405`).
-pub fn requirement<'a>(
-    method: &Method,
-    path: &'a str,
-    user_isolation: bool,
-) -> Option<Requirement<'a>> {
-    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+/// unknown path or method: a valid token is enough to be told `404` or `405`). The
+/// path is split into segments before each is percent-decoded, as the router does, so
+/// `%2F` never makes a segment of its own and an agent is named as its route reads it.
+pub fn requirement(method: &Method, path: &str, user_isolation: bool) -> Option<Requirement> {
+    let decoded: Vec<std::borrow::Cow<'_, str>> = path
+        .trim_start_matches('/')
+        .split('/')
+        .map(|segment| percent_encoding::percent_decode_str(segment).decode_utf8_lossy())
+        .collect();
+    let segments: Vec<&str> = decoded.iter().map(|segment| segment.as_ref()).collect();
     let read = method == Method::GET || method == Method::HEAD;
     let post = method == Method::POST;
-    let need = |scope: Option<&'static str>, agent_id: Option<&'a str>, per_user: bool| {
+    let need = |scope: Option<&'static str>, agent_id: Option<&str>, per_user: bool| {
         Some(Requirement {
             scope,
-            agent_id,
+            agent_id: agent_id.map(str::to_owned),
             per_user,
             listing: false,
         })
@@ -92,7 +96,7 @@ fn resource_name(resource: &str) -> &str {
 }
 
 /// Whether `scopes` grant `requirement`.
-pub fn grants(scopes: &[String], requirement: &Requirement<'_>, admin_scope: &str) -> bool {
+pub fn grants(scopes: &[String], requirement: &Requirement, admin_scope: &str) -> bool {
     if scopes.iter().any(|scope| scope == admin_scope) {
         return true;
     }
@@ -101,7 +105,10 @@ pub fn grants(scopes: &[String], requirement: &Requirement<'_>, admin_scope: &st
     };
     // A per-agent scope counts only for a route about that agent, and only for the
     // agents' own scopes (`agents:<id>:read` never grants `sessions:read`).
-    let agent_id = requirement.agent_id.filter(|_| resource == "agents");
+    let agent_id = requirement
+        .agent_id
+        .as_deref()
+        .filter(|_| resource == "agents");
     scopes.iter().any(|scope| {
         let parts: Vec<&str> = scope.split(':').collect();
         match parts.as_slice() {
@@ -175,5 +182,24 @@ mod tests {
             Some(vec!["a".to_owned()])
         );
         assert_eq!(listed_agents(&scopes(&["agents:*:read"]), admin), None);
+    }
+
+    #[test]
+    fn an_agent_is_named_as_its_route_reads_it() {
+        let encoded = requirement(&Method::POST, "/agents/%73cripted/runs", false).unwrap();
+        assert_eq!(encoded.agent_id.as_deref(), Some("scripted"));
+        // An encoded slash stays inside its segment: the route is still a run's.
+        let slash = requirement(&Method::POST, "/agents/a%2Fb/runs", false).unwrap();
+        assert_eq!(
+            (slash.scope, slash.agent_id.as_deref()),
+            (Some("agents:run"), Some("a/b"))
+        );
+        let admin = "agent_os:admin";
+        assert!(grants(&scopes(&["agents:scripted:run"]), &encoded, admin));
+        assert!(!grants(
+            &scopes(&["agents:%73cripted:run"]),
+            &encoded,
+            admin
+        ));
     }
 }
