@@ -56,7 +56,6 @@ async fn rate(
 }
 
 struct Side {
-    name: &'static str,
     server: Server,
     credential: String,
     run: String,
@@ -127,7 +126,6 @@ async fn main() {
             .unwrap();
         let run = first["run_id"].as_str().unwrap().to_owned();
         sides.push(Side {
-            name,
             server,
             credential,
             run,

@@ -153,21 +153,13 @@ pub fn console_run(shots: &Path) {
     tokio::runtime::Runtime::new()
         .unwrap()
         .block_on(seed(&server));
-    let output = Command::new("node")
-        .arg(repo().join("tests/console/console.cjs"))
-        .arg(&server.base)
-        .arg(KEY)
-        .arg(shots)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "the console failed:\n{stdout}\n{stderr}\nserver:\n{}",
-        server.logs().join("\n")
+    drive(
+        &server,
+        "console.cjs",
+        &[KEY],
+        shots,
+        "console: all checks passed",
     );
-    assert!(stdout.contains("console: all checks passed"), "{stdout}");
     for page in [
         "login",
         "sessions",
@@ -224,10 +216,22 @@ pub fn console_tokens_run(shots: &Path) {
             assert!(response.status().is_success(), "{}", response.status());
         }
     });
+    drive(
+        &server,
+        "tokens.cjs",
+        &[&alice, &bob],
+        shots,
+        "console tokens: all checks passed",
+    );
+}
+
+/// Runs `tests/console/<script> BASE ARGS… SHOTS` in node; it must exit 0 and say
+/// `passed`.
+fn drive(server: &Server, script: &str, args: &[&str], shots: &Path, passed: &str) {
     let output = Command::new("node")
-        .arg(repo().join("tests/console/tokens.cjs"))
+        .arg(repo().join("tests/console").join(script))
         .arg(&server.base)
-        .args([&alice, &bob])
+        .args(args)
         .arg(shots)
         .output()
         .unwrap();
@@ -238,8 +242,5 @@ pub fn console_tokens_run(shots: &Path) {
         "the console failed:\n{stdout}\n{stderr}\nserver:\n{}",
         server.logs().join("\n")
     );
-    assert!(
-        stdout.contains("console tokens: all checks passed"),
-        "{stdout}"
-    );
+    assert!(stdout.contains(passed), "{stdout}");
 }

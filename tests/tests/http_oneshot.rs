@@ -53,7 +53,7 @@ async fn the_hostile_table_through_the_router_28() {
             shutdown: Default::default(),
             keepalive: std::time::Duration::from_secs(15),
         },
-        api_key: None,
+        auth: std::sync::Arc::new(turnstile_gateway::auth::Auth::Open),
         stored_events: std::sync::Arc::new(config.stored_events()),
         max_request_bytes: config.server.max_request_bytes,
         max_message_bytes: config.server.max_message_bytes,

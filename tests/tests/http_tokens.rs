@@ -212,15 +212,16 @@ async fn forged_stale_and_misaddressed_tokens_are_refused_and_the_log_names_the_
     }
 }
 
-/// Every row of the spec's table: (method, path, form, scope).
-fn table(
-    run: &str,
-) -> Vec<(
+/// One row of the scopes table as a request: method, path, form, and the scope.
+type Row = (
     &'static str,
     String,
     Vec<(&'static str, String)>,
     &'static str,
-)> {
+);
+
+/// Every row of the spec's table: (method, path, form, scope).
+fn table(run: &str) -> Vec<Row> {
     let form = |pairs: &[(&'static str, &str)]| {
         pairs
             .iter()
@@ -573,6 +574,9 @@ async fn each_user_sees_and_drives_only_their_own_sessions_across_a_restart() {
     server.terminate();
 }
 
+/// A request: method, path, form.
+type Request<'a> = (&'a str, String, Vec<(&'a str, &'a str)>);
+
 /// Every read and write route, as alice (who owns `a1`), bob (`b1`) and the admin.
 async fn check_isolation(
     server: &Server,
@@ -672,7 +676,7 @@ async fn check_isolation(
     );
 
     // Bob's session and run, as alice: as absent as what never existed.
-    let absent: Vec<(&str, String, Vec<(&str, &str)>)> = vec![
+    let absent: Vec<Request> = vec![
         ("GET", "/sessions/b1".into(), vec![]),
         ("GET", "/sessions/b1/runs".into(), vec![]),
         ("GET", format!("/sessions/b1/runs/{bob_run}"), vec![]),

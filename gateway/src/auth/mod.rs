@@ -131,10 +131,7 @@ async fn check_token(tokens: &Tokens, mut request: Request, next: Next) -> Respo
         Err(detail) => return unauthorized(detail),
     };
     let user = claims.sub.clone();
-    let admin = claims
-        .scopes
-        .iter()
-        .any(|scope| *scope == tokens.admin_scope);
+    let admin = claims.scopes.contains(&tokens.admin_scope);
     let mut caller = Caller {
         user: user.clone(),
         ..Caller::default()
