@@ -8,7 +8,7 @@
 //! that transcript; `/lost-session` makes a resume fail as a vanished CLI session does.
 //! It does not touch the disk or the network.
 
-use std::time::Duration;
+mod parse;
 
 use futures::future::BoxFuture;
 use serde_json::json;
@@ -18,230 +18,12 @@ use crate::{
     CompactRequest, Compaction, ErrorKind, EventSink, Harness, HarnessError, HarnessEvent,
     HarnessInfo, ToolCall, TurnOutcome, TurnRequest, Usage,
 };
+pub use parse::DIRECTIVES;
+use parse::{Script, Step, big_text, json_text, parse};
 
 /// See the module documentation.
 #[derive(Debug, Clone, Default)]
 pub struct ScriptedHarness;
-
-/// One parsed directive.
-#[derive(Debug, Clone, PartialEq)]
-enum Step {
-    Tool {
-        name: String,
-        args: String,
-        error: bool,
-        parent: Option<String>,
-        /// `/big BYTES` after it: its result is that long.
-        result_bytes: Option<usize>,
-    },
-    Sleep(Duration),
-    FailTransient(u32),
-    FailPermanent(ErrorKind),
-}
-
-#[derive(Debug, Default)]
-struct Script {
-    steps: Vec<Step>,
-    reply: Option<String>,
-    /// `/big BYTES`: the reply is that long.
-    big: Option<usize>,
-    json: Option<String>,
-    usage: Option<(u64, u64, u64, f64)>,
-    history: bool,
-    compact: bool,
-    lost_session: bool,
-    prose: Vec<String>,
-    has_directive: bool,
-}
-
-fn invalid(message: String) -> HarnessError {
-    HarnessError::Failed {
-        kind: ErrorKind::InvalidRequest,
-        message,
-    }
-}
-
-/// Checks that `text` is JSON and returns it compactly.
-fn json_text(text: &str, directive: &str) -> Result<String, HarnessError> {
-    let text = if text.trim().is_empty() {
-        "{}"
-    } else {
-        text.trim()
-    };
-    serde_json::from_str::<serde_json::Value>(text)
-        .map(|value| value.to_string())
-        .map_err(|error| invalid(format!("{directive}: argument is not JSON: {error}")))
-}
-
-/// The marker before the current message in a prompt seeded with history.
-const CURRENT_MESSAGE: &str = "\n\nCurrent message:\n";
-
-/// `/big BYTES`: a count of bytes, at most the journal's event ceiling.
-fn big_bytes(rest: &str) -> Result<usize, HarnessError> {
-    let ceiling = turnstile_journal::limits::EVENT_BYTES_CEILING;
-    rest.trim()
-        .parse::<usize>()
-        .ok()
-        .filter(|bytes| *bytes <= ceiling)
-        .ok_or_else(|| {
-            invalid(format!(
-                "/big needs a number of bytes up to {ceiling}, got {rest:?}"
-            ))
-        })
-}
-
-/// `bytes` bytes of plain text (a repeated phrase, cut to length).
-fn big_text(bytes: usize) -> String {
-    const PHRASE: &str = "turnstile keeps every turn. ";
-    let mut text = PHRASE.repeat(bytes / PHRASE.len() + 1);
-    text.truncate(bytes);
-    text
-}
-
-/// `/fail transient N` or `/fail permanent KIND`.
-fn fail_step(rest: &str) -> Result<Step, HarnessError> {
-    let (mode, arg) = rest.split_once(' ').unwrap_or((rest, ""));
-    match mode {
-        "transient" => {
-            let n = arg
-                .trim()
-                .parse()
-                .map_err(|_| invalid(format!("/fail transient needs a count, got {arg:?}")))?;
-            Ok(Step::FailTransient(n))
-        }
-        "permanent" => {
-            let kind = ErrorKind::from_slug(arg.trim())
-                .filter(|kind| !kind.is_retryable())
-                .ok_or_else(|| invalid(format!("/fail permanent: unknown kind {arg:?}")))?;
-            Ok(Step::FailPermanent(kind))
-        }
-        _ => Err(invalid(format!(
-            "/fail needs transient N or permanent KIND, got {rest:?}"
-        ))),
-    }
-}
-
-/// `/usage IN OUT CACHE_READ COST`.
-fn usage_of(rest: &str) -> Result<(u64, u64, u64, f64), HarnessError> {
-    let numbers: Vec<&str> = rest.split_whitespace().collect();
-    let parsed = match numbers.as_slice() {
-        [i, o, c, cost] => (|| {
-            Some((
-                i.parse().ok()?,
-                o.parse().ok()?,
-                c.parse().ok()?,
-                cost.parse().ok()?,
-            ))
-        })(),
-        _ => None,
-    };
-    parsed.ok_or_else(|| invalid(format!("/usage needs IN OUT CACHE_READ COST, got {rest:?}")))
-}
-
-fn parse(message: &str) -> Result<Script, HarnessError> {
-    let mut script = Script::default();
-    // In a fresh session seeded with history, earlier messages are quoted: only the
-    // current message's directives act.
-    let acting_from = message
-        .find(CURRENT_MESSAGE)
-        .map_or(0, |at| at + CURRENT_MESSAGE.len());
-    script
-        .prose
-        .extend(message[..acting_from].lines().map(str::to_owned));
-    let before = message[..acting_from].lines().count();
-    for (offset, line) in message[acting_from..].lines().enumerate() {
-        let Some(directive) = line.strip_prefix('/') else {
-            script.prose.push(line.to_owned());
-            continue;
-        };
-        script.has_directive = true;
-        let (name, rest) = directive.split_once(' ').unwrap_or((directive, ""));
-        apply_directive(&mut script, name, rest.trim()).map_err(|error| match error {
-            HarnessError::Failed { kind, message } => HarnessError::Failed {
-                kind,
-                message: format!("line {}: {message}", before + offset + 1),
-            },
-            other => other,
-        })?;
-    }
-    Ok(script)
-}
-
-/// Every directive the scripted harness knows (`docs/CONFIG.md` documents each; an
-/// unknown one is refused naming these).
-pub const DIRECTIVES: [&str; 12] = [
-    "reply",
-    "tool",
-    "tool-error",
-    "subagent",
-    "sleep",
-    "fail",
-    "json",
-    "usage",
-    "history",
-    "lost-session",
-    "big",
-    "compact",
-];
-
-/// One directive of a message: what it adds to the script.
-fn apply_directive(script: &mut Script, name: &str, rest: &str) -> Result<(), HarnessError> {
-    match name {
-        "reply" => script.reply = Some(rest.to_owned()),
-        "big" => {
-            let bytes = big_bytes(rest)?;
-            script.big = Some(bytes);
-            if let Some(Step::Tool { result_bytes, .. }) = script.steps.last_mut() {
-                *result_bytes = Some(bytes);
-            }
-        }
-        "tool" | "tool-error" => {
-            let (tool, args) = rest.split_once(' ').unwrap_or((rest, "{}"));
-            if tool.is_empty() {
-                return Err(invalid(format!("/{name} needs a tool name")));
-            }
-            script.steps.push(Step::Tool {
-                name: tool.to_owned(),
-                args: json_text(args, name)?,
-                error: name == "tool-error",
-                parent: None,
-                result_bytes: None,
-            });
-        }
-        "subagent" => {
-            let mut parts = rest.splitn(3, ' ');
-            let (Some(parent), Some(tool)) = (parts.next(), parts.next()) else {
-                return Err(invalid("/subagent needs PARENT_ID NAME JSON".into()));
-            };
-            script.steps.push(Step::Tool {
-                name: tool.to_owned(),
-                args: json_text(parts.next().unwrap_or("{}"), name)?,
-                error: false,
-                parent: Some(parent.to_owned()),
-                result_bytes: None,
-            });
-        }
-        "sleep" => {
-            let ms: u64 = rest
-                .parse()
-                .map_err(|_| invalid(format!("/sleep needs milliseconds, got {rest:?}")))?;
-            script.steps.push(Step::Sleep(Duration::from_millis(ms)));
-        }
-        "fail" => script.steps.push(fail_step(rest)?),
-        "json" => script.json = Some(rest.to_owned()),
-        "usage" => script.usage = Some(usage_of(rest)?),
-        "history" => script.history = true,
-        "compact" => script.compact = true,
-        "lost-session" => script.lost_session = true,
-        other => {
-            return Err(invalid(format!(
-                "unknown directive /{other} (the scripted harness knows /{})",
-                DIRECTIVES.join(", /")
-            )));
-        }
-    }
-    Ok(())
-}
 
 /// How `/history` names a user message: its first line of prose, or `(directives)`.
 fn history_label(message: &str) -> String {
@@ -571,26 +353,5 @@ impl Harness for ScriptedHarness {
             },
         };
         Box::pin(futures::future::ready(Ok(outcome)))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_listed_directive_is_one_the_parser_knows() {
-        for name in DIRECTIVES {
-            let outcome = apply_directive(&mut Script::default(), name, "");
-            if let Err(HarnessError::Failed { message, .. }) = outcome {
-                assert!(!message.contains("unknown directive"), "/{name}: {message}");
-            }
-        }
-        let Err(HarnessError::Failed { message, .. }) =
-            apply_directive(&mut Script::default(), "nosuch", "")
-        else {
-            panic!("/nosuch was taken");
-        };
-        assert!(message.contains("/reply, /tool"), "{message}");
     }
 }
