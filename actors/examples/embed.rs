@@ -25,6 +25,7 @@ async fn main() -> anyhow::Result<()> {
             retry: RetryPolicy::default(),
             cwd: std::env::temp_dir().join("turnstile-embed-workspace"),
             keep_uploads: false,
+            workspace: turnstile_actors::Workspace::Shared,
         }],
     ))?;
     let command = StartRun {

@@ -34,6 +34,42 @@ pub struct AgentSpec {
     pub cwd: PathBuf,
     /// Keep staged attachments after the run.
     pub keep_uploads: bool,
+    /// Whether the agent's sessions share `cwd` or each has its own directory in it.
+    pub workspace: Workspace,
+}
+
+/// Where an agent's sessions work (`spec/workspaces.md`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Workspace {
+    /// Every session runs in the agent's `cwd` (agno's behaviour).
+    #[default]
+    Shared,
+    /// Each session runs in `<cwd>/<session_id>/`, created on its first turn, removed
+    /// with the session.
+    Session,
+}
+
+impl AgentSpec {
+    /// The directory a session's turns run in (and its attachments are staged under).
+    pub fn workdir(&self, session_id: &SessionId) -> PathBuf {
+        match self.workspace {
+            Workspace::Shared => self.cwd.clone(),
+            Workspace::Session => self.cwd.join(session_id.as_str()),
+        }
+    }
+
+    /// Why a session id cannot name a directory of its own under this agent's `cwd`
+    /// (`None` when it can, or when the agent's sessions share `cwd`): one that starts
+    /// with a dot would be `.`, `..`, or hidden among the runtime's own `.turnstile/`.
+    pub fn unsafe_session_id(&self, session_id: &SessionId) -> Option<String> {
+        (self.workspace == Workspace::Session && session_id.as_str().starts_with('.')).then(|| {
+            format!(
+                "session_id {:?} cannot name a workspace directory (agent {} has workspace = \"session\"): it may not start with a dot",
+                session_id.as_str(),
+                self.id
+            )
+        })
+    }
 }
 
 /// How to open a runtime.

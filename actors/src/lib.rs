@@ -24,7 +24,7 @@ pub mod uploads;
 
 pub use api::{
     AgentSpec, CompactOutcome, ContinueFrom, ContinueRun, Multitask, Refused, RuntimeConfig,
-    RuntimeCounters, RuntimeError, StartRun,
+    RuntimeCounters, RuntimeError, StartRun, Workspace,
 };
 pub use run::{RetryPolicy, WireEvent};
 pub use runtime::{RunHandle, Runtime};

@@ -59,6 +59,10 @@ pub struct TurnRequest {
     /// A JSON Schema (JSON text) the final answer must satisfy, for harnesses that can
     /// ask their model for structured output.
     pub output_schema: Option<String>,
+    /// The turn's working directory, as the runtime chose it (the agent's `cwd`, or the
+    /// session's own directory under it with `workspace = "session"`); `None`: the
+    /// harness's configured one.
+    pub cwd: Option<std::path::PathBuf>,
 }
 
 /// Reads a transcript's lines when a harness first needs them.
@@ -343,6 +347,8 @@ pub struct CompactRequest {
     pub harness_session_id: String,
     /// Its transcript, oldest first.
     pub transcript: Vec<String>,
+    /// The session's working directory, as for its turns ([`TurnRequest::cwd`]).
+    pub cwd: Option<std::path::PathBuf>,
 }
 
 /// How a compaction ended.

@@ -19,6 +19,7 @@ fn request(message: &str, attempt: u32, transcript: Vec<String>) -> TurnRequest 
         harness_session_id: None,
         transcript: turnstile_harness::Transcript::from_lines(transcript),
         output_schema: None,
+        cwd: None,
     }
 }
 

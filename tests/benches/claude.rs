@@ -139,6 +139,7 @@ fn runtime(
         retry: RetryPolicy::default(),
         cwd: dir.to_path_buf(),
         keep_uploads: false,
+        workspace: turnstile_actors::Workspace::Shared,
     };
     Runtime::open(RuntimeConfig::new(
         dir.join(format!("data-{warm}")),

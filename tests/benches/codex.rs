@@ -201,6 +201,7 @@ fn runtime(bin: &Path, fake: &FakeOpenAi, dir: &Path, warm: usize) -> Runtime {
         retry: RetryPolicy::default(),
         cwd: dir.join("work"),
         keep_uploads: false,
+        workspace: turnstile_actors::Workspace::Shared,
     };
     Runtime::open(RuntimeConfig::new(
         dir.join(format!("data-{warm}")),

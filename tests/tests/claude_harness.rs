@@ -41,6 +41,7 @@ fn request(
         harness_session_id,
         transcript: turnstile_harness::Transcript::from_lines(transcript),
         output_schema: None,
+        cwd: None,
     }
 }
 

@@ -94,6 +94,12 @@ impl Runtime {
         if let Err(refused) = check_attachments(&command) {
             return Ok(Err(refused));
         }
+        if let (Some(agent), Some(session_id)) =
+            (self.agent(&command.agent_id), &command.session_id)
+            && let Some(reason) = agent.unsafe_session_id(session_id)
+        {
+            return Ok(Err(Refused::InvalidInput { reason }));
+        }
         let runtime = self.clone();
         tokio::spawn(async move {
             let _serialized = match &command.idempotency_key {

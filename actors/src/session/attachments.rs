@@ -33,10 +33,18 @@ impl SessionActor {
             let files = self.attached_files(staged_run);
             let kept = agent.keep_uploads && staged_run.run_id != run.run_id;
             let staging = if kept {
-                crate::uploads::restage_kept(&agent.cwd, staged_run.run_id.as_str(), &files)
+                crate::uploads::restage_kept(
+                    &agent.workdir(&self.session_id),
+                    staged_run.run_id.as_str(),
+                    &files,
+                )
             } else {
-                crate::uploads::stage(&agent.cwd, staged_run.run_id.as_str(), &files)
-                    .map(|dir| (dir, Vec::new()))
+                crate::uploads::stage(
+                    &agent.workdir(&self.session_id),
+                    staged_run.run_id.as_str(),
+                    &files,
+                )
+                .map(|dir| (dir, Vec::new()))
             };
             match staging {
                 Ok((_, changed)) => {
@@ -56,7 +64,7 @@ impl SessionActor {
                     );
                 }
                 Err(error) => {
-                    self.remove_staged_in(&agent.cwd, &staged);
+                    self.remove_staged_in(&agent.workdir(&self.session_id), &staged);
                     return (
                         Vec::new(),
                         Err(format!("attachments could not be staged: {error}")),
@@ -121,7 +129,7 @@ impl SessionActor {
             return;
         };
         if !agent.keep_uploads {
-            self.remove_staged_in(&agent.cwd, staged);
+            self.remove_staged_in(&agent.workdir(&self.session_id), staged);
         }
     }
 

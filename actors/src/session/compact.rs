@@ -110,12 +110,14 @@ impl SessionActor {
                 Ok(lines) => lines,
                 Err(error) => return Prepared::Answer(Err(error)),
             };
+        let cwd = Some(agent.workdir(&self.session_id));
         Prepared::Compact(
             agent,
             CompactRequest {
                 session_id: self.session_id.clone(),
                 harness_session_id,
                 transcript,
+                cwd,
             },
         )
     }

@@ -1,4 +1,6 @@
-//! Deletion: the session's end journaled, its runs cancelled, its actor stopped.
+//! Deletion: the session's end journaled, its runs cancelled, its actor stopped, and
+//! its own workspace directory (`workspace = "session"`) removed; the journal keeps the
+//! audit trail.
 
 use crate::session::{DeleteSessionMsg, SessionActor};
 use actix::prelude::*;
@@ -32,6 +34,12 @@ impl Handler<DeleteSessionMsg> for SessionActor {
             return Box::pin(fut::ready(Ok(Err(refused))));
         }
         self.deleting = true;
+        let workdir = self
+            .shared
+            .agents
+            .get(&self.state.session.agent_id)
+            .filter(|agent| agent.workspace == crate::api::Workspace::Session)
+            .map(|agent| agent.workdir(&self.session_id));
         let journal = self.shared.journal.clone();
         let session_id = self.session_id.clone();
         let event = Event::SessionDeleted {
@@ -46,7 +54,11 @@ impl Handler<DeleteSessionMsg> for SessionActor {
             .into_actor(self)
             .map(|result, actor, ctx| {
                 actor.deleting = false;
-                actor.answer_deletion(result, ctx)
+                let answer = actor.answer_deletion(result, ctx);
+                if let (Ok(Ok(true)), Some(workdir)) = (&answer, workdir) {
+                    remove_workspace(&workdir);
+                }
+                answer
             }),
         )
     }
@@ -74,6 +86,19 @@ impl SessionActor {
                 self.heal_later(ctx);
                 Err(error.into())
             }
+        }
+    }
+}
+
+/// Removes a deleted session's workspace directory. `remove_dir_all` never follows a
+/// symlink (one in place of the directory is removed as a link); a failure is logged,
+/// not answered: the deletion is durable.
+fn remove_workspace(workdir: &std::path::Path) {
+    match std::fs::remove_dir_all(workdir) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => {
+            tracing::warn!(workdir = %workdir.display(), %error, "a deleted session's workspace was not removed");
         }
     }
 }

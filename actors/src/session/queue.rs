@@ -101,6 +101,7 @@ impl SessionActor {
         let (harness_session_id, transcript) =
             self.harness_session_for(&run, head.resume, &mut events);
         let output_schema = output_schema_of(&run);
+        let workdir = workdir_of(&agent, &self.session_id);
         let fallback_prompt = self.fallback_prompt(&run);
         let task = RunTask {
             identity,
@@ -117,6 +118,7 @@ impl SessionActor {
                 harness_session_id,
                 transcript,
                 output_schema: output_schema.as_ref().map(|schema| schema.to_string()),
+                cwd: Some(workdir),
             },
             policy: agent.retry,
             cancel,
@@ -295,4 +297,19 @@ fn output_schema_of(run: &RunView) -> Option<serde_json::Value> {
 fn model_of(agent: &AgentSpec) -> (String, String) {
     let info = agent.harness.info();
     (info.model, info.model_provider)
+}
+
+/// The directory a session's turn runs in; with `workspace = "session"` it is made
+/// on the session's first turn (a harness that cannot work there says so itself).
+fn workdir_of(
+    agent: &crate::api::AgentSpec,
+    session_id: &turnstile_journal::SessionId,
+) -> std::path::PathBuf {
+    let workdir = agent.workdir(session_id);
+    if agent.workspace == crate::api::Workspace::Session
+        && let Err(error) = std::fs::create_dir_all(&workdir)
+    {
+        tracing::warn!(workdir = %workdir.display(), %error, "the session's workspace cannot be made");
+    }
+    workdir
 }

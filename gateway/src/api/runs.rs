@@ -114,7 +114,7 @@ pub(super) async fn create_run(
     check_message(agent, &body.message, state.max_message_bytes)?;
     let stream = body.stream.unwrap_or(true);
     let background = body.background.unwrap_or(false);
-    let session_id = session_id_field(body.session_id.as_deref())?;
+    let session_id = session_id_field(agent, body.session_id.as_deref())?;
     let user_id = bounded("user_id", body.user_id, USER_ID_BYTES_MAX)?;
     // Under per-user isolation the run is the token's user's, whatever the body says.
     let user_id = caller.owner().map(str::to_owned).or(user_id);
@@ -325,10 +325,18 @@ pub(super) fn bounded(
 }
 
 /// `session_id`, when the client names the session.
-fn session_id_field(text: Option<&str>) -> Result<Option<SessionId>, ApiError> {
+fn session_id_field(
+    agent: &turnstile_actors::AgentSpec,
+    text: Option<&str>,
+) -> Result<Option<SessionId>, ApiError> {
     text.map(|text| {
-        SessionId::parse(text)
-            .map_err(|error| ApiError::Unprocessable(format!("session_id: {error}")))
+        let session_id = SessionId::parse(text)
+            .map_err(|error| ApiError::Unprocessable(format!("session_id: {error}")))?;
+        // A session of its own directory needs a name that is one (spec workspaces.md).
+        match agent.unsafe_session_id(&session_id) {
+            Some(reason) => Err(ApiError::Unprocessable(reason)),
+            None => Ok(session_id),
+        }
     })
     .transpose()
 }

@@ -151,6 +151,17 @@ impl Default for ServerConfig {
     }
 }
 
+/// Where an agent's sessions work (`spec/workspaces.md`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkspaceMode {
+    /// Every session in the agent's `cwd`.
+    #[default]
+    Shared,
+    /// Each session in its own directory, `<cwd>/<session_id>/`.
+    Session,
+}
+
 /// One `[[agents]]` entry: the keys every agent has; the `harness` key and the
 /// harness's own keys are read by the harness crate's table.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -176,6 +187,9 @@ pub struct AgentConfig {
     /// Keep staged uploads after the run.
     #[serde(default)]
     pub keep_uploads: bool,
+    /// **ext**: `shared` (every session in `cwd`) or `session` (each in `<cwd>/<id>/`).
+    #[serde(default)]
+    pub workspace: WorkspaceMode,
     /// List a streamed run's events on the run (agno's `store_events`, which AgentOS
     /// turns on for external agents: default on; the journal keeps every event
     /// regardless).
@@ -207,6 +221,7 @@ fn default_agents() -> Vec<AgentConfig> {
         delay_between_retries_s: 1.0,
         exponential_backoff: false,
         keep_uploads: false,
+        workspace: WorkspaceMode::Shared,
         store_events: true,
         events_to_skip: None,
         harness: HarnessConfig::default(),
@@ -465,6 +480,10 @@ impl Config {
                     },
                     cwd,
                     keep_uploads: agent.keep_uploads,
+                    workspace: match agent.workspace {
+                        WorkspaceMode::Shared => turnstile_actors::Workspace::Shared,
+                        WorkspaceMode::Session => turnstile_actors::Workspace::Session,
+                    },
                 })
             })
             .collect()

@@ -134,9 +134,9 @@ impl<D: Dialect> CliHarness<D> {
         schema: Option<&str>,
     ) -> Result<CliProcess, HarnessError> {
         let settings = self.dialect.settings();
-        std::fs::create_dir_all(settings.cwd).map_err(|e| io_error("creating the cwd", e))?;
-        let cwd = settings
-            .cwd
+        let cwd = request.cwd.as_deref().unwrap_or(settings.cwd);
+        std::fs::create_dir_all(cwd).map_err(|e| io_error("creating the cwd", e))?;
+        let cwd = cwd
             .canonicalize()
             .map_err(|e| io_error("resolving the cwd", e))?;
         // Absolute: the CLI runs in `cwd`, where a relative directory names another place.
@@ -455,6 +455,7 @@ impl<D: Dialect> CliHarness<D> {
             harness_session_id: Some(request.harness_session_id.clone()),
             transcript: crate::Transcript::from_lines(request.transcript.clone()),
             output_schema: None,
+            cwd: request.cwd.clone(),
         };
         let collect = tokio::spawn(async move {
             let mut lines = Vec::new();

@@ -518,3 +518,22 @@ mod tests {
         assert_eq!(restored["payload"]["session_id"], "new");
     }
 }
+
+/// `localImage` inputs for the images the runtime staged for the turn: the note it
+/// adds to the message names them (`- NAME (image/…, N bytes)` under `(in DIR):`).
+pub(super) fn images(message: &str) -> Vec<Value> {
+    let Some((_, after)) = message.split_once("(in ") else {
+        return Vec::new();
+    };
+    let Some((dir, list)) = after.split_once("):") else {
+        return Vec::new();
+    };
+    list.lines()
+        .filter_map(|line| line.trim().strip_prefix("- "))
+        .filter_map(|entry| {
+            let (name, kind) = entry.split_once(" (")?;
+            kind.starts_with("image/")
+                .then(|| serde_json::json!({"type": "localImage", "path": format!("{dir}/{name}")}))
+        })
+        .collect()
+}

@@ -81,6 +81,8 @@ pub struct CodexTurn {
     pub(crate) turn_id: Option<String>,
     /// The `turn/start` parameters but the thread.
     start: Value,
+    /// The turn's working directory, when the runtime chose one.
+    cwd: Option<std::path::PathBuf>,
     /// A compaction instead of a turn.
     pub(crate) compacting: bool,
     /// The thread's totals before the turn, and the last totals of this turn.
@@ -120,9 +122,10 @@ pub(crate) fn turn_input(
     turn: &mut CodexTurn,
 ) -> String {
     turn.compacting = request.message == COMPACT_MESSAGE;
+    turn.cwd = request.cwd.clone();
     turn.model = Some(codex.options.model.clone());
     let mut input = vec![json!({"type": "text", "text": request.message, "text_elements": []})];
-    input.extend(images(&request.message));
+    input.extend(super::images(&request.message));
     turn.start = json!({"input": input});
     if let Some(schema) = request
         .output_schema
@@ -151,25 +154,6 @@ pub(crate) fn turn_input(
     start_turn(process, turn)
 }
 
-/// `localImage` inputs for the images the runtime staged for the turn: the note it
-/// adds to the message names them (`- NAME (image/…, N bytes)` under `(in DIR):`).
-fn images(message: &str) -> Vec<Value> {
-    let Some((_, after)) = message.split_once("(in ") else {
-        return Vec::new();
-    };
-    let Some((dir, list)) = after.split_once("):") else {
-        return Vec::new();
-    };
-    list.lines()
-        .filter_map(|line| line.trim().strip_prefix("- "))
-        .filter_map(|entry| {
-            let (name, kind) = entry.split_once(" (")?;
-            kind.starts_with("image/")
-                .then(|| json!({"type": "localImage", "path": format!("{dir}/{name}")}))
-        })
-        .collect()
-}
-
 fn start_turn(process: &mut CodexProcess, turn: &mut CodexTurn) -> String {
     let thread_id = turn.thread_id.clone().unwrap_or_default();
     if turn.compacting {
@@ -187,7 +171,8 @@ fn start_turn(process: &mut CodexProcess, turn: &mut CodexTurn) -> String {
 
 fn thread_params(codex: &Codex, turn: &CodexTurn) -> Value {
     let options = &codex.options;
-    let cwd = std::fs::canonicalize(&options.cwd).unwrap_or_else(|_| options.cwd.clone());
+    let cwd = turn.cwd.as_ref().unwrap_or(&options.cwd);
+    let cwd = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.clone());
     let mut params = json!({
         "cwd": cwd,
         "model": options.model,

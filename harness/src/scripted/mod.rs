@@ -6,8 +6,10 @@
 //! `user`, `tool_use`, `tool_result` and `assistant` entries, which the runtime
 //! journals and hands back, exactly as it does for the real CLIs. `/compact` compacts
 //! that transcript; `/lost-session` makes a resume fail as a vanished CLI session does.
-//! It does not touch the disk or the network.
+//! Only its file tools (`files.rs`) touch the disk, in the turn's working directory;
+//! it never touches the network.
 
+mod files;
 mod parse;
 
 use futures::future::BoxFuture;
@@ -171,6 +173,7 @@ async fn play(
             error,
             parent,
             result_bytes,
+            file,
         } => {
             *tool_number += 1;
             let call = ScriptedCall {
@@ -180,6 +183,7 @@ async fn play(
                 error: *error,
                 parent: parent.as_deref(),
                 result_bytes: *result_bytes,
+                file: file.as_ref(),
             };
             call_tool(request, events, call).await
         }
@@ -217,6 +221,8 @@ struct ScriptedCall<'a> {
     parent: Option<&'a str>,
     /// Its result's length, from `/big`.
     result_bytes: Option<usize>,
+    /// A file tool, done in the turn's working directory.
+    file: Option<&'a files::FileAction>,
 }
 
 /// A scripted tool call: started, its use and result lines, completed.
@@ -229,9 +235,10 @@ async fn call_tool(
         number,
         name,
         args,
-        error,
+        mut error,
         parent,
         result_bytes,
+        file,
     } = call;
     let mut tool = ToolCall {
         tool_call_id: format!("call_{}_{}_{number}", request.run_id, request.attempt),
@@ -251,10 +258,19 @@ async fn call_tool(
     let use_line =
         json!({"type": "tool_use", "id": tool.tool_call_id, "name": name, "input": args});
     transcript_line(events, use_line).await?;
-    let result = match result_bytes {
-        Some(bytes) => big_text(bytes),
-        None if error => format!("error:{name}"),
-        None => format!("ok:{name}"),
+    let result = match (file, result_bytes) {
+        (Some(file), _) => {
+            let root = request
+                .cwd
+                .clone()
+                .unwrap_or_else(|| std::path::PathBuf::from("."));
+            let done = file.perform(&root);
+            error = done.is_err();
+            done.unwrap_or_else(|failure| failure)
+        }
+        (None, Some(bytes)) => big_text(bytes),
+        (None, None) if error => format!("error:{name}"),
+        (None, None) => format!("ok:{name}"),
     };
     let result_line = json!({"type": "tool_result", "tool_use_id": tool.tool_call_id, "content": result, "is_error": error});
     transcript_line(events, result_line).await?;

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::files::FileAction;
 use crate::{ErrorKind, HarnessError};
 
 /// One parsed directive.
@@ -16,6 +17,9 @@ pub(super) enum Step {
         parent: Option<String>,
         /// `/big BYTES` after it: its result is that long.
         result_bytes: Option<usize>,
+        /// A file tool (`/write`, `/read`, `/rm`, `/ls`): done in the working
+        /// directory, its result the tool's.
+        file: Option<FileAction>,
     },
     Sleep(Duration),
     FailTransient(u32),
@@ -152,7 +156,7 @@ pub(super) fn parse(message: &str) -> Result<Script, HarnessError> {
 
 /// Every directive the scripted harness knows (`docs/CONFIG.md` documents each; an
 /// unknown one is refused naming these).
-pub const DIRECTIVES: [&str; 12] = [
+pub const DIRECTIVES: [&str; 16] = [
     "reply",
     "tool",
     "tool-error",
@@ -165,7 +169,41 @@ pub const DIRECTIVES: [&str; 12] = [
     "lost-session",
     "big",
     "compact",
+    "write",
+    "read",
+    "rm",
+    "ls",
 ];
+
+/// `/write PATH TEXT`, `/read PATH`, `/rm PATH` or `/ls`: a tool call on a file.
+fn file_step(name: &str, rest: &str) -> Result<Step, HarnessError> {
+    let path = rest.split(' ').next().unwrap_or_default().to_owned();
+    if name != "ls" && path.is_empty() {
+        return Err(invalid(format!("/{name} needs a path")));
+    }
+    let action = match name {
+        "write" => FileAction::Write {
+            text: rest
+                .split_once(' ')
+                .map(|(_, text)| text)
+                .unwrap_or("")
+                .to_owned(),
+            path,
+        },
+        "read" => FileAction::Read { path },
+        "rm" => FileAction::Remove { path },
+        _ => FileAction::List,
+    };
+    let (tool, args) = action.tool();
+    Ok(Step::Tool {
+        name: tool.to_owned(),
+        args,
+        error: false,
+        parent: None,
+        result_bytes: None,
+        file: Some(action),
+    })
+}
 
 /// One directive of a message: what it adds to the script.
 pub(super) fn apply_directive(
@@ -193,8 +231,10 @@ pub(super) fn apply_directive(
                 error: name == "tool-error",
                 parent: None,
                 result_bytes: None,
+                file: None,
             });
         }
+        "write" | "read" | "rm" | "ls" => script.steps.push(file_step(name, rest)?),
         "subagent" => {
             let mut parts = rest.splitn(3, ' ');
             let (Some(parent), Some(tool)) = (parts.next(), parts.next()) else {
@@ -206,6 +246,7 @@ pub(super) fn apply_directive(
                 error: false,
                 parent: Some(parent.to_owned()),
                 result_bytes: None,
+                file: None,
             });
         }
         "sleep" => {
