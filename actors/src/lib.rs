@@ -21,6 +21,7 @@ mod runtime;
 mod session;
 mod stream;
 pub mod uploads;
+pub mod workspace;
 
 pub use api::{
     AgentSpec, CompactOutcome, ContinueFrom, ContinueRun, Multitask, Refused, RuntimeConfig,

@@ -1,0 +1,282 @@
+//! A scan of a workspace against the index of its last snapshot: what was added,
+//! modified and removed. Unchanged files are not read: a file whose size, modification
+//! time and inode match the index keeps its digest, unless it changed so recently that
+//! its time cannot be trusted (git's "racily clean" files, read again). Changed files
+//! are read in 64 KiB pieces into their digest, never whole. Symlinks are recorded as
+//! links (the digest of their target's text), never followed; sockets, devices and
+//! FIFOs are skipped. Over a bound, a file is left out and named.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sha2::{Digest, Sha256};
+
+use super::ignore::Ignore;
+
+/// A file's modification time newer than this before the scan is not trusted.
+const RACY_WINDOW: Duration = Duration::from_secs(2);
+
+/// Bytes read at a time from a changed file.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// What a path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A regular file.
+    File,
+    /// A symbolic link (its digest is its target's text's).
+    Symlink,
+}
+
+/// One path of a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// File or link.
+    pub kind: EntryKind,
+    /// Bytes (a link: its target's text).
+    pub size: u64,
+    /// The owner may execute it.
+    pub executable: bool,
+    /// SHA-256 of the content (a link: of its target's text), lowercase hex.
+    pub digest: String,
+    /// Modification time, nanoseconds since the epoch, and inode: how a later scan
+    /// knows the file unchanged without reading it.
+    pub mtime_ns: i128,
+    /// The inode.
+    pub inode: u64,
+}
+
+/// A workspace's paths (relative, `/`-separated) as its last snapshot recorded them.
+pub type Index = BTreeMap<String, Entry>;
+
+/// How a path changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    /// New since the last snapshot.
+    Added,
+    /// Its content, kind or executable bit changed.
+    Modified,
+    /// Gone.
+    Removed,
+}
+
+/// One change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// The path.
+    pub path: String,
+    /// How.
+    pub kind: ChangeKind,
+    /// What it is now (none when removed).
+    pub entry: Option<Entry>,
+}
+
+/// The bounds of one snapshot (`workspace_max_*`) and the ignore rules.
+#[derive(Debug, Clone)]
+pub struct Bounds {
+    /// All files of a snapshot together, in bytes.
+    pub max_bytes: u64,
+    /// One file, in bytes.
+    pub max_file_bytes: u64,
+    /// Paths in a snapshot.
+    pub max_files: usize,
+    /// Paths neither captured nor removed.
+    pub ignore: Ignore,
+}
+
+/// What a scan found.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// The workspace now (a left-out path keeps its earlier entry, if it had one).
+    pub index: Index,
+    /// The changes against the earlier index, by path.
+    pub changes: Vec<Change>,
+    /// Paths over a bound, with the bound's name.
+    pub left_out: Vec<(String, &'static str)>,
+    /// Files whose content was read (the cost beyond the directory walk).
+    pub files_read: usize,
+}
+
+/// Scans `root` against `previous` (see the module doc). A missing `root` is an empty
+/// workspace.
+pub fn scan(root: &Path, previous: &Index, bounds: &Bounds) -> std::io::Result<Scan> {
+    let started = SystemTime::now();
+    let mut walk = Walk {
+        previous,
+        bounds,
+        trusted_before: nanos(started.checked_sub(RACY_WINDOW).unwrap_or(UNIX_EPOCH)),
+        found: Scan::default(),
+        bytes: 0,
+    };
+    if root.is_dir() {
+        walk.directory(root, "")?;
+    }
+    let mut found = walk.found;
+    for (path, entry) in &found.index {
+        match previous.get(path) {
+            None => found.changes.push(change(path, ChangeKind::Added, entry)),
+            Some(before) if differs(before, entry) => {
+                found
+                    .changes
+                    .push(change(path, ChangeKind::Modified, entry))
+            }
+            Some(_) => {}
+        }
+    }
+    for path in previous.keys() {
+        if !found.index.contains_key(path) {
+            found.changes.push(Change {
+                path: path.clone(),
+                kind: ChangeKind::Removed,
+                entry: None,
+            });
+        }
+    }
+    found.changes.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(found)
+}
+
+fn change(path: &str, kind: ChangeKind, entry: &Entry) -> Change {
+    Change {
+        path: path.to_owned(),
+        kind,
+        entry: Some(entry.clone()),
+    }
+}
+
+/// A change a restore would have to make: content, kind or executable bit.
+fn differs(before: &Entry, now: &Entry) -> bool {
+    before.kind != now.kind || before.digest != now.digest || before.executable != now.executable
+}
+
+fn nanos(time: SystemTime) -> i128 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_nanos() as i128)
+        .unwrap_or(0)
+}
+
+struct Walk<'a> {
+    previous: &'a Index,
+    bounds: &'a Bounds,
+    /// Modification times before this (ns) are trusted.
+    trusted_before: i128,
+    found: Scan,
+    bytes: u64,
+}
+
+impl Walk<'_> {
+    fn directory(&mut self, dir: &Path, prefix: &str) -> std::io::Result<()> {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
+        entries.sort_by_key(|entry| entry.file_name());
+        for entry in entries {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = if prefix.is_empty() {
+                name
+            } else {
+                format!("{prefix}/{name}")
+            };
+            // Never followed: the entry's own type and times (an `fstatat` on the open
+            // directory, cheaper than a whole path's lookup).
+            let meta = entry.metadata()?;
+            let kind = meta.file_type();
+            if kind.is_dir() {
+                if !self.bounds.ignore.ignored(&path, true) {
+                    self.directory(&entry.path(), &path)?;
+                }
+            } else if (kind.is_file() || kind.is_symlink())
+                && !self.bounds.ignore.ignored(&path, false)
+            {
+                self.file(&entry.path(), path, &meta)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn file(&mut self, full: &Path, path: String, meta: &std::fs::Metadata) -> std::io::Result<()> {
+        let symlink = meta.file_type().is_symlink();
+        let size = if symlink {
+            std::fs::read_link(full)?.as_os_str().len() as u64
+        } else {
+            meta.len()
+        };
+        let over = if !symlink && size > self.bounds.max_file_bytes {
+            Some("workspace_max_file_bytes")
+        } else if self.found.index.len() >= self.bounds.max_files {
+            Some("workspace_max_files")
+        } else if self.bytes + size > self.bounds.max_bytes {
+            Some("workspace_max_bytes")
+        } else {
+            None
+        };
+        if let Some(bound) = over {
+            // Left out, not removed: a restore keeps what it had.
+            if let Some(before) = self.previous.get(&path) {
+                self.found.index.insert(path.clone(), before.clone());
+            }
+            self.found.left_out.push((path, bound));
+            return Ok(());
+        }
+        self.bytes += size;
+        let mtime_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
+        let kind = if symlink {
+            EntryKind::Symlink
+        } else {
+            EntryKind::File
+        };
+        let executable = !symlink && meta.permissions().mode() & 0o100 != 0;
+        let known = self.previous.get(&path).filter(|before| {
+            before.kind == kind
+                && before.size == size
+                && before.mtime_ns == mtime_ns
+                && before.inode == meta.ino()
+                && mtime_ns < self.trusted_before
+        });
+        let digest = match known {
+            Some(before) => before.digest.clone(),
+            None => {
+                self.found.files_read += 1;
+                if symlink {
+                    hex(&Sha256::digest(
+                        std::fs::read_link(full)?.as_os_str().as_encoded_bytes(),
+                    ))
+                } else {
+                    digest_of(full)?
+                }
+            }
+        };
+        self.found.index.insert(
+            path,
+            Entry {
+                kind,
+                size,
+                executable,
+                digest,
+                mtime_ns,
+                inode: meta.ino(),
+            },
+        );
+        Ok(())
+    }
+}
+
+/// The SHA-256 of a file, read a piece at a time.
+pub fn digest_of(path: &Path) -> std::io::Result<String> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; READ_CHUNK_BYTES];
+    loop {
+        let read = file.read(&mut buffer)?;
+        if read == 0 {
+            break;
+        }
+        hasher.update(&buffer[..read]);
+    }
+    Ok(hex(&hasher.finalize()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
