@@ -110,41 +110,27 @@ pub fn scan(root: &Path, previous: &Index, bounds: &Bounds) -> std::io::Result<S
         trusted_before: nanos(started.checked_sub(RACY_WINDOW).unwrap_or(UNIX_EPOCH)),
         found: Scan::default(),
         bytes: 0,
+        kept: 0,
     };
     if root.is_dir() {
         walk.directory(root, "")?;
     }
+    let kept = walk.kept;
     let mut found = walk.found;
-    for (path, entry) in &found.index {
-        match previous.get(path) {
-            None => found.changes.push(change(path, ChangeKind::Added, entry)),
-            Some(before) if differs(before, entry) => {
-                found
-                    .changes
-                    .push(change(path, ChangeKind::Modified, entry))
+    // Every earlier path still here: nothing was removed, and nothing to look up.
+    if kept < previous.len() {
+        for path in previous.keys() {
+            if !found.index.contains_key(path) {
+                found.changes.push(Change {
+                    path: path.clone(),
+                    kind: ChangeKind::Removed,
+                    entry: None,
+                });
             }
-            Some(_) => {}
-        }
-    }
-    for path in previous.keys() {
-        if !found.index.contains_key(path) {
-            found.changes.push(Change {
-                path: path.clone(),
-                kind: ChangeKind::Removed,
-                entry: None,
-            });
         }
     }
     found.changes.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(found)
-}
-
-fn change(path: &str, kind: ChangeKind, entry: &Entry) -> Change {
-    Change {
-        path: path.to_owned(),
-        kind,
-        entry: Some(entry.clone()),
-    }
 }
 
 /// A change a restore would have to make: content, kind or executable bit.
@@ -165,14 +151,20 @@ struct Walk<'a> {
     trusted_before: i128,
     found: Scan,
     bytes: u64,
+    /// Earlier paths found again.
+    kept: usize,
 }
 
 impl Walk<'_> {
     fn directory(&mut self, dir: &Path, prefix: &str) -> std::io::Result<()> {
-        let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
-        entries.sort_by_key(|entry| entry.file_name());
-        for entry in entries {
-            let name = entry.file_name().to_string_lossy().into_owned();
+        let mut entries: Vec<(String, std::fs::DirEntry)> = std::fs::read_dir(dir)?
+            .map(|entry| {
+                entry.map(|entry| (entry.file_name().to_string_lossy().into_owned(), entry))
+            })
+            .collect::<Result<_, _>>()?;
+        // By name, so that which file a bound leaves out does not depend on the disk.
+        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (name, entry) in entries {
             let path = if prefix.is_empty() {
                 name
             } else {
@@ -211,9 +203,11 @@ impl Walk<'_> {
         } else {
             None
         };
+        let before = self.previous.get(&path);
         if let Some(bound) = over {
             // Left out, not removed: a restore keeps what it had.
-            if let Some(before) = self.previous.get(&path) {
+            if let Some(before) = before {
+                self.kept += 1;
                 self.found.index.insert(path.clone(), before.clone());
             }
             self.found.left_out.push((path, bound));
@@ -227,7 +221,7 @@ impl Walk<'_> {
             EntryKind::File
         };
         let executable = !symlink && meta.permissions().mode() & 0o100 != 0;
-        let known = self.previous.get(&path).filter(|before| {
+        let known = before.filter(|before| {
             before.kind == kind
                 && before.size == size
                 && before.mtime_ns == mtime_ns
@@ -247,17 +241,29 @@ impl Walk<'_> {
                 }
             }
         };
-        self.found.index.insert(
-            path,
-            Entry {
+        let entry = Entry {
+            kind,
+            size,
+            executable,
+            digest,
+            mtime_ns,
+            inode: meta.ino(),
+        };
+        let change = match before {
+            None => Some(ChangeKind::Added),
+            Some(before) => {
+                self.kept += 1;
+                differs(before, &entry).then_some(ChangeKind::Modified)
+            }
+        };
+        if let Some(kind) = change {
+            self.found.changes.push(Change {
+                path: path.clone(),
                 kind,
-                size,
-                executable,
-                digest,
-                mtime_ns,
-                inode: meta.ino(),
-            },
-        );
+                entry: Some(entry.clone()),
+            });
+        }
+        self.found.index.insert(path, entry);
         Ok(())
     }
 }
