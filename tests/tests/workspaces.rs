@@ -131,7 +131,18 @@ async fn each_session_works_in_a_directory_of_its_own_29() {
         .unwrap();
     assert_eq!(deleted.status(), 204);
     assert!(!work.join("s1").exists());
+    // Moved aside at once, removed on a thread of its own.
+    turnstile_tests::wait_until(
+        "the deleted workspace is removed",
+        std::time::Duration::from_secs(10),
+        || {
+            std::fs::read_dir(work.join(".turnstile/deleted"))
+                .map(|entries| entries.count() == 0)
+                .unwrap_or(true)
+        },
+    );
     assert!(outside.path().is_dir());
+    assert!(outside.path().read_dir().unwrap().next().is_none());
     assert!(work.join("s2").is_dir());
     server.terminate();
 }

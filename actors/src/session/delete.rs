@@ -90,15 +90,36 @@ impl SessionActor {
     }
 }
 
-/// Removes a deleted session's workspace directory. `remove_dir_all` never follows a
-/// symlink (one in place of the directory is removed as a link); a failure is logged,
-/// not answered: the deletion is durable.
+/// Removes a deleted session's workspace directory: moved aside at once (a rename, so
+/// that a session started again under the same id gets an empty directory), then
+/// removed on a thread of its own, so that a large workspace never holds the actor's
+/// thread. `remove_dir_all` never follows a symlink. A failure is logged, not
+/// answered: the deletion is durable.
 fn remove_workspace(workdir: &std::path::Path) {
-    match std::fs::remove_dir_all(workdir) {
-        Ok(()) => {}
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-        Err(error) => {
-            tracing::warn!(workdir = %workdir.display(), %error, "a deleted session's workspace was not removed");
+    let Some(cwd) = workdir.parent() else {
+        return;
+    };
+    let aside = cwd.join(".turnstile").join("deleted").join(format!(
+        "{}.{}",
+        workdir.file_name().unwrap_or_default().to_string_lossy(),
+        uuid::Uuid::now_v7()
+    ));
+    let moved = aside
+        .parent()
+        .map(std::fs::create_dir_all)
+        .transpose()
+        .and_then(|_| std::fs::rename(workdir, &aside));
+    let doomed = match moved {
+        Ok(()) => aside,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return,
+        // Not movable aside (a read-only parent…): removed where it is.
+        Err(_) => workdir.to_path_buf(),
+    };
+    std::thread::spawn(move || {
+        if let Err(error) = std::fs::remove_dir_all(&doomed)
+            && error.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(workdir = %doomed.display(), %error, "a deleted session's workspace was not removed");
         }
-    }
+    });
 }
