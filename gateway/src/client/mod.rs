@@ -79,6 +79,7 @@ impl Target {
         let token = token
             .or_else(|| std::env::var("TURNSTILE_TOKEN").ok())
             .filter(|token| !token.is_empty());
+        let is_token = token.is_some();
         let (api_key, api_key_env) = match token {
             Some(token) => (Some(token), "TURNSTILE_TOKEN".to_owned()),
             None => (
@@ -88,7 +89,6 @@ impl Target {
                 config.server.api_key_env.clone(),
             ),
         };
-        let token = api_key_env == "TURNSTILE_TOKEN";
         let client = reqwest::Client::builder()
             .connect_timeout(std::time::Duration::from_secs(10))
             .build()?;
@@ -96,7 +96,7 @@ impl Target {
             base,
             api_key,
             api_key_env,
-            token,
+            token: is_token,
             client,
         })
     }
