@@ -1,0 +1,146 @@
+//! `[[agents]]`: the keys every agent has (its harness's own keys are the harness
+//! crate's table), their defaults, and the runtime's agents built from them.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use turnstile_actors::{AgentSpec, RetryPolicy};
+use turnstile_harness::{HarnessConfig, HarnessContext};
+
+use super::{Config, ConfigError};
+
+/// Where an agent's sessions work (`spec/workspaces.md`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkspaceMode {
+    /// Every session in the agent's `cwd`.
+    #[default]
+    Shared,
+    /// Each session in its own directory, `<cwd>/<session_id>/`.
+    Session,
+}
+
+/// One `[[agents]]` entry: the keys every agent has; the `harness` key and the
+/// harness's own keys are read by the harness crate's table.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct AgentConfig {
+    /// Agent id, used in routes.
+    pub id: String,
+    /// Display name (defaults to the id).
+    pub name: Option<String>,
+    /// Description.
+    #[serde(default)]
+    pub description: String,
+    /// Working directory of the harness.
+    pub cwd: Option<PathBuf>,
+    /// Retries after a failed attempt (agno default 0).
+    #[serde(default)]
+    pub retries: u32,
+    /// Delay between retries in seconds (agno default 1).
+    #[serde(default = "one")]
+    pub delay_between_retries_s: f64,
+    /// Double the delay after each attempt.
+    #[serde(default)]
+    pub exponential_backoff: bool,
+    /// Keep staged uploads after the run.
+    #[serde(default)]
+    pub keep_uploads: bool,
+    /// **ext**: `shared` (every session in `cwd`) or `session` (each in `<cwd>/<id>/`).
+    #[serde(default)]
+    pub workspace: WorkspaceMode,
+    /// List a streamed run's events on the run (agno's `store_events`, which AgentOS
+    /// turns on for external agents: default on; the journal keeps every event
+    /// regardless).
+    #[serde(default = "yes")]
+    pub store_events: bool,
+    /// Event types such a list leaves out (agno's `events_to_skip`; default `RunContent`).
+    pub events_to_skip: Option<Vec<String>>,
+    /// The harness (`harness = "…"`) with its own options; unknown keys are refused
+    /// there, by name.
+    #[serde(flatten)]
+    pub harness: HarnessConfig,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+pub(super) fn default_agents() -> Vec<AgentConfig> {
+    vec![AgentConfig {
+        id: "scripted".into(),
+        name: Some("Scripted".into()),
+        description: "turnstile's built-in scripted harness".into(),
+        cwd: None,
+        retries: 0,
+        delay_between_retries_s: 1.0,
+        exponential_backoff: false,
+        keep_uploads: false,
+        workspace: WorkspaceMode::Shared,
+        store_events: true,
+        events_to_skip: None,
+        harness: HarnessConfig::default(),
+    }]
+}
+
+impl Config {
+    /// Builds the runtime's agents from the configuration.
+    pub fn agent_specs(&self) -> Result<Vec<AgentSpec>, ConfigError> {
+        self.agents
+            .iter()
+            .map(|agent| {
+                // Without a configured cwd an agent works inside the data directory.
+                let cwd = agent
+                    .cwd
+                    .clone()
+                    .unwrap_or_else(|| self.server.data_dir.join("workspace"));
+                let state_dir = self.server.data_dir.join("harness").join(&agent.id);
+                let harness = agent
+                    .harness
+                    .build(HarnessContext {
+                        cwd: &cwd,
+                        state_dir: &state_dir,
+                    })
+                    .map_err(|error| {
+                        ConfigError::Invalid(format!("agent {:?}: {error}", agent.id))
+                    })?;
+                Ok(AgentSpec {
+                    id: agent.id.clone(),
+                    name: agent.name.clone().unwrap_or_else(|| agent.id.clone()),
+                    description: agent.description.clone(),
+                    harness,
+                    retry: RetryPolicy {
+                        retries: agent.retries,
+                        delay_between_retries_s: agent.delay_between_retries_s,
+                        exponential_backoff: agent.exponential_backoff,
+                    },
+                    cwd,
+                    keep_uploads: agent.keep_uploads,
+                    workspace: match agent.workspace {
+                        WorkspaceMode::Shared => turnstile_actors::Workspace::Shared,
+                        WorkspaceMode::Session => turnstile_actors::Workspace::Session,
+                    },
+                })
+            })
+            .collect()
+    }
+
+    /// The agents that store events, with the event types they skip.
+    pub fn stored_events(&self) -> std::collections::HashMap<String, Vec<String>> {
+        self.agents
+            .iter()
+            .filter(|agent| agent.store_events)
+            .map(|agent| {
+                (
+                    agent.id.clone(),
+                    agent
+                        .events_to_skip
+                        .clone()
+                        .unwrap_or_else(|| vec!["RunContent".to_owned()]),
+                )
+            })
+            .collect()
+    }
+}
