@@ -233,9 +233,9 @@ impl Walk<'_> {
             None => {
                 self.found.files_read += 1;
                 if symlink {
-                    hex(&Sha256::digest(
+                    crate::uploads::sha256_hex(
                         std::fs::read_link(full)?.as_os_str().as_encoded_bytes(),
-                    ))
+                    )
                 } else {
                     digest_of(full)?
                 }
@@ -280,9 +280,5 @@ pub fn digest_of(path: &Path) -> std::io::Result<String> {
         }
         hasher.update(&buffer[..read]);
     }
-    Ok(hex(&hasher.finalize()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    Ok(crate::uploads::lower_hex(&hasher.finalize()))
 }

@@ -30,8 +30,8 @@ use extract::Path;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use turnstile_actors::{AgentSpec, Runtime};
-use turnstile_journal::SessionId;
-use turnstile_projections::SessionState;
+use turnstile_journal::{RunId, SessionId};
+use turnstile_projections::{RunView, SessionState};
 
 use crate::api::error::ApiError;
 use crate::api::error::ErrorBody;
@@ -329,6 +329,26 @@ fn find_session(
         .session(&parsed)?
         .filter(|session| caller.sees(session.session.user_id.as_deref()))
         .ok_or_else(not_found)
+}
+
+/// The run a route names, checked against its agent and the optional `session_id`.
+fn find_run(
+    state: &AppState,
+    caller: &Caller,
+    agent: &AgentSpec,
+    run_id: &str,
+    session_id: Option<&str>,
+) -> Result<RunView, ApiError> {
+    let not_found = || ApiError::NotFound(format!("Run {run_id} not found"));
+    let parsed = RunId::parse(run_id).map_err(|_| not_found())?;
+    let view = state.runtime.run_view(&parsed)?.ok_or_else(not_found)?;
+    if view.agent_id != agent.id
+        || session_id.is_some_and(|session| session != view.session_id.as_str())
+    {
+        return Err(not_found());
+    }
+    check_owner(state, caller, &view.session_id, not_found)?;
+    Ok(view)
 }
 
 /// Under per-user isolation, `Err(not_found())` unless the session (of a run the

@@ -2,7 +2,7 @@
 //! checkpoints, and a continue from one of them (the same run, or a fork).
 
 use super::extract::{Path, Query};
-use super::{AppState, agent_name_of, check_owner, find_agent, read_fields};
+use super::{AppState, agent_name_of, check_owner, find_agent, find_run, read_fields};
 use crate::api::body::{ContinueRequest, ResumeRequest};
 use crate::api::error::{ApiError, ErrorBody};
 use crate::api::runs::{SessionQuery, bounded, respond_run};
@@ -16,10 +16,10 @@ use axum::extract::{Request, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde_json::json;
-use turnstile_actors::{AgentSpec, ContinueFrom, ContinueRun, Multitask, RunOptions};
+use turnstile_actors::{ContinueFrom, ContinueRun, Multitask, RunOptions};
 use turnstile_journal::limits::USER_ID_BYTES_MAX;
 use turnstile_journal::{EventIndex, RunId};
-use turnstile_projections::{RunHead, RunView};
+use turnstile_projections::RunHead;
 
 /// Re-attaches to a run's events after `last_event_index` (or `Last-Event-ID`): a meta
 /// frame (`replay` for a finished run; `catch_up` then `subscribed` for a live one),
@@ -66,26 +66,6 @@ pub(super) async fn resume_run(
         session_id: view.session_id.to_string(),
     };
     Ok(sse::resume_stream(meta, events, who, state.sse.clone()))
-}
-
-/// The run a route names, checked against its agent and the optional `session_id`.
-pub(super) fn find_run(
-    state: &AppState,
-    caller: &Caller,
-    agent: &AgentSpec,
-    run_id: &str,
-    session_id: Option<&str>,
-) -> Result<RunView, ApiError> {
-    let not_found = || ApiError::NotFound(format!("Run {run_id} not found"));
-    let parsed = RunId::parse(run_id).map_err(|_| not_found())?;
-    let view = state.runtime.run_view(&parsed)?.ok_or_else(not_found)?;
-    if view.agent_id != agent.id
-        || session_id.is_some_and(|session| session != view.session_id.as_str())
-    {
-        return Err(not_found());
-    }
-    check_owner(state, caller, &view.session_id, not_found)?;
-    Ok(view)
 }
 
 #[utoipa::path(

@@ -17,7 +17,7 @@ use turnstile_projections::{RunHead, RunStatus, RunView};
 use utoipa::IntoParams;
 
 use super::{
-    AppState, check_not_foreign, check_owner, find_agent, find_session, now_s, positive,
+    AppState, check_not_foreign, check_owner, find_agent, find_run, find_session, now_s, positive,
     read_fields, sdk_of,
 };
 use crate::api::body::{MultitaskStrategy, RunRequest};
@@ -388,17 +388,7 @@ pub(super) async fn get_run(
     Query(query): Query<SessionQuery>,
 ) -> Result<Json<dto::RunOutput>, ApiError> {
     let agent = find_agent(&state.runtime, &agent_id)?;
-    let not_found = || ApiError::NotFound(format!("Run {run_id} not found"));
-    let parsed = RunId::parse(&run_id).map_err(|_| not_found())?;
-    let view = state.runtime.run_view(&parsed)?.ok_or_else(not_found)?;
-    check_owner(&state, &caller, &view.session_id, not_found)?;
-    let wrong_session = query
-        .session_id
-        .as_deref()
-        .is_some_and(|session| session != view.session_id.as_str());
-    if view.agent_id != agent.id || wrong_session {
-        return Err(not_found());
-    }
+    let view = find_run(&state, &caller, agent, &run_id, query.session_id.as_deref())?;
     Ok(Json(run_json(&state, &view, &agent.name).await?))
 }
 

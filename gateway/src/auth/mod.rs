@@ -44,8 +44,6 @@ pub struct Tokens {
 /// extractor. The key and open modes make every caller unrestricted.
 #[derive(Debug, Clone, Default)]
 pub struct Caller {
-    /// The token's `sub`, if any.
-    pub user: Option<Arc<str>>,
     /// Under `user_isolation`, for a caller without the admin scope: the only user
     /// whose sessions and runs it may see or drive.
     owner: Option<Arc<str>>,
@@ -132,10 +130,7 @@ async fn check_token(tokens: &Tokens, mut request: Request, next: Next) -> Respo
     };
     let user = claims.sub.clone();
     let admin = claims.scopes.contains(&tokens.admin_scope);
-    let mut caller = Caller {
-        user: user.clone(),
-        ..Caller::default()
-    };
+    let mut caller = Caller::default();
     let requirement = scopes::requirement(
         request.method(),
         request.uri().path(),
