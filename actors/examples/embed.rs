@@ -26,6 +26,7 @@ async fn main() -> anyhow::Result<()> {
             cwd: std::env::temp_dir().join("turnstile-embed-workspace"),
             keep_uploads: false,
             workspace: turnstile_actors::Workspace::Shared,
+            snapshots: None,
         }],
     ))?;
     let command = StartRun {

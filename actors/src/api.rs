@@ -36,6 +36,9 @@ pub struct AgentSpec {
     pub keep_uploads: bool,
     /// Whether the agent's sessions share `cwd` or each has its own directory in it.
     pub workspace: Workspace,
+    /// With `Workspace::Session`: each session's workspace is snapshotted into the
+    /// journal and restored from it, within these bounds (`None`: not snapshotted).
+    pub snapshots: Option<crate::workspace::Bounds>,
 }
 
 /// Where an agent's sessions work (`spec/workspaces.md`).

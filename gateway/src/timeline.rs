@@ -5,7 +5,7 @@
 //! Transcript lines and text deltas are counted, not printed: the audit trail is the
 //! events, the full text is one `journal export` away.
 
-use turnstile_journal::{Event, Recorded, RunEvent, RunId};
+use turnstile_journal::{ChangeKind, Event, FileChange, Recorded, RunEvent, RunId, SnapshotPoint};
 
 fn clip(text: &str, max: usize) -> String {
     let one_line = text.replace('\n', "⏎");
@@ -35,6 +35,22 @@ fn short(run_id: &RunId) -> String {
     text.get(text.len().saturating_sub(8)..)
         .unwrap_or(text)
         .to_owned()
+}
+
+/// `+added ~modified -removed`, by path.
+fn changed_files(changes: &[FileChange]) -> String {
+    changes
+        .iter()
+        .map(|change| {
+            let sign = match change.change {
+                ChangeKind::Added => '+',
+                ChangeKind::Modified => '~',
+                ChangeKind::Removed => '-',
+            };
+            format!("{sign}{}", change.path)
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// What one record says, or `None` for records the timeline only counts.
@@ -137,6 +153,32 @@ fn describe(event: &Event) -> Option<String> {
             short(run_id),
             content.len(),
             sha256.get(..12).unwrap_or(sha256)
+        ),
+        // Counted, not printed: the snapshot that names them says what changed.
+        Event::WorkspaceContent { .. } => return None,
+        Event::WorkspaceChanged {
+            run_id,
+            point,
+            changes,
+        } => format!(
+            "run …{} files{}: {}",
+            short(run_id),
+            match point {
+                SnapshotPoint::ToolCall { tool_call_id } => format!(" after {tool_call_id}"),
+                SnapshotPoint::TurnEnd => " at the turn's end".to_owned(),
+                SnapshotPoint::Rewound {
+                    from_run_id,
+                    tool_call_id,
+                } => format!(
+                    " rewound to run …{}{}",
+                    short(from_run_id),
+                    tool_call_id
+                        .as_ref()
+                        .map(|id| format!(" after {id}"))
+                        .unwrap_or_else(|| "'s start".to_owned())
+                ),
+            },
+            clip(&changed_files(changes), 120)
         ),
         Event::RunEventEmitted { run_id, event, .. } => match event {
             RunEvent::Completed {

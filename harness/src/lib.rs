@@ -63,6 +63,30 @@ pub struct TurnRequest {
     /// session's own directory under it with `workspace = "session"`); `None`: the
     /// harness's configured one.
     pub cwd: Option<std::path::PathBuf>,
+    /// With workspace snapshots on: how a harness that can wait between its tool calls
+    /// learns that the runtime recorded the workspace after each one (`None`: it need
+    /// not wait).
+    pub settled: Option<ToolsSettled>,
+}
+
+/// The count of this attempt's completed tool calls after which the runtime has
+/// recorded the session's workspace (`spec/workspaces.md`): a harness that waits for it
+/// before its next call makes each checkpoint's snapshot exactly that call's files.
+#[derive(Debug, Clone)]
+pub struct ToolsSettled(tokio::sync::watch::Receiver<u64>);
+
+impl ToolsSettled {
+    /// The runtime's end, which counts, and the harness's.
+    pub fn channel() -> (tokio::sync::watch::Sender<u64>, ToolsSettled) {
+        let (sender, receiver) = tokio::sync::watch::channel(0);
+        (sender, ToolsSettled(receiver))
+    }
+
+    /// Waits until `count` calls are recorded (or the runtime's end is gone).
+    pub async fn wait(&self, count: u64) {
+        let mut receiver = self.0.clone();
+        let _ = receiver.wait_for(|recorded| *recorded >= count).await;
+    }
 }
 
 /// Reads a transcript's lines when a harness first needs them.

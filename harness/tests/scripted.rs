@@ -20,6 +20,7 @@ fn request(message: &str, attempt: u32, transcript: Vec<String>) -> TurnRequest 
         transcript: turnstile_harness::Transcript::from_lines(transcript),
         output_schema: None,
         cwd: None,
+        settled: None,
     }
 }
 

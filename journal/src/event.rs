@@ -12,6 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::files::{FileChange, SnapshotPoint};
 use crate::ids::{EventIndex, RunId};
 
 /// One fact about a session, in past tense.
@@ -177,6 +178,31 @@ pub enum Event {
         digest: [u8; 32],
         /// Length of that encoding.
         bytes: u64,
+    },
+    /// A piece of a workspace file's content, kept once per digest in its session
+    /// (`spec/workspaces.md`): a file is stored as pieces of one `blob`, in order, the last
+    /// naming the SHA-256 of them all. A snapshot that names a digest comes after it.
+    WorkspaceContent {
+        /// The run whose snapshot read the file.
+        run_id: RunId,
+        /// Which content these pieces are of (unique in the session).
+        blob: String,
+        /// Where this piece starts in the content.
+        offset: u64,
+        /// The bytes.
+        bytes: Vec<u8>,
+        /// On the last piece: the content's SHA-256, lowercase hex.
+        digest: Option<String>,
+    },
+    /// What changed in the session's workspace since its last snapshot, as one set of
+    /// changes; the workspace of a session is the fold of these, in order.
+    WorkspaceChanged {
+        /// The run it happened in.
+        run_id: RunId,
+        /// When the snapshot was taken.
+        point: SnapshotPoint,
+        /// The changes, by path.
+        changes: Vec<FileChange>,
     },
 }
 
@@ -393,6 +419,11 @@ pub enum Warning {
         /// The files, relative to the agent's cwd.
         files: Vec<String>,
     },
+    /// A snapshot of the workspace left files out (`workspace_max_*`); the run goes on.
+    WorkspaceOverLimit {
+        /// Each path left out, with the bound it is over.
+        left_out: Vec<(String, String)>,
+    },
 }
 
 impl Event {
@@ -411,7 +442,9 @@ impl Event {
             | Event::AttemptFailed { run_id, .. }
             | Event::IdempotencyKeyBound { run_id, .. }
             | Event::HarnessSessionForked { run_id, .. }
-            | Event::AttachmentAdded { run_id, .. } => Some(run_id),
+            | Event::AttachmentAdded { run_id, .. }
+            | Event::WorkspaceContent { run_id, .. }
+            | Event::WorkspaceChanged { run_id, .. } => Some(run_id),
             Event::TranscriptCompacted { run_id, .. } => run_id.as_ref(),
             Event::StoredApart { .. } => None,
         }
@@ -436,6 +469,8 @@ impl Event {
             Event::SessionDeleted { .. } => "SessionDeleted",
             Event::AttachmentAdded { .. } => "AttachmentAdded",
             Event::StoredApart { .. } => "StoredApart",
+            Event::WorkspaceContent { .. } => "WorkspaceContent",
+            Event::WorkspaceChanged { .. } => "WorkspaceChanged",
         }
     }
 

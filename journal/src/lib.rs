@@ -18,6 +18,7 @@ mod config;
 pub mod event;
 #[cfg(feature = "faults")]
 pub mod faults;
+pub mod files;
 pub mod format3;
 pub mod ids;
 mod journal;
@@ -35,6 +36,7 @@ pub use config::JournalConfig;
 pub use event::{
     Event, ForkPoint, ModelMetrics, RunEvent, RunMetrics, RunOptions, ToolCall, Warning,
 };
+pub use files::{ChangeKind, FileChange, FileEntry, FileKind, SnapshotPoint};
 pub use ids::{EventIndex, IdError, JournalPos, RunId, Seq, SessionId};
 pub use journal::Journal;
 pub use pg::PostgresOptions;

@@ -2,14 +2,18 @@
 //! session stream begins with `SessionCreated` (again after a `SessionDeleted`), a run's
 //! events come in lifecycle order (queued, started once, attempts numbered 1, 2, 3…,
 //! client-visible events indexed 0, 1, 2… without a repeat or a gap, tool call ids
-//! once, one end and nothing after it).
+//! once, one end and nothing after it), and a session's workspace contents are whole
+//! (each blob's pieces contiguous, hashing to the digest its last piece names) before a
+//! snapshot names their digest.
 //!
 //! `verify` runs it on both backends after the checksums and hash links, and the online
 //! verify on an export's lines; it names the first record that breaks a rule. It knows
 //! nothing of stored forms (`journal rebuild` compares those). Memory: what each open run
-//! needs, and the id of each ended run.
+//! needs, the id of each ended run, and each session's content digests.
 
 use std::collections::{HashMap, HashSet};
+
+use sha2::{Digest, Sha256};
 
 use crate::event::{Event, RunEvent};
 use crate::ids::{JournalPos, RunId, SessionId};
@@ -34,6 +38,11 @@ pub struct Structure {
     seen: HashSet<SessionId>,
     open: HashMap<RunId, OpenRun>,
     ended: HashSet<RunId>,
+    /// Workspace contents being read: per session and blob, the hash so far and the
+    /// next offset.
+    blobs: HashMap<(SessionId, String), (Sha256, u64)>,
+    /// Whole workspace contents, per session, by digest.
+    contents: HashSet<(SessionId, String)>,
 }
 
 impl Structure {
@@ -93,6 +102,9 @@ impl Structure {
         let at = |rule: &str| {
             format!("session {session_id} sequence {seq}: {kind} of run {run_id} {rule}")
         };
+        if let Some(broken) = self.workspace(session_id, event) {
+            return Err(format!("session {session_id} sequence {seq}: {broken}"));
+        }
         if let Event::RunQueued { .. } = event {
             if self.ended.contains(run_id) || self.open.contains_key(run_id) {
                 return Err(at("queued twice"));
@@ -165,5 +177,66 @@ impl Structure {
             _ => {}
         }
         Ok(())
+    }
+}
+
+impl Structure {
+    /// The workspace rules: a blob's pieces in order and hashing to their digest; a
+    /// snapshot's files named by digests whose content came before, at confined paths.
+    fn workspace(&mut self, session_id: &SessionId, event: &Event) -> Option<String> {
+        match event {
+            Event::WorkspaceContent {
+                blob,
+                offset,
+                bytes,
+                digest,
+                ..
+            } => {
+                let key = (session_id.clone(), blob.clone());
+                let (hasher, next) = self.blobs.entry(key.clone()).or_default();
+                if *offset != *next {
+                    return Some(format!(
+                        "WorkspaceContent of blob {blob} at offset {offset} where {next} was expected"
+                    ));
+                }
+                hasher.update(bytes);
+                *next += bytes.len() as u64;
+                if let Some(digest) = digest {
+                    let (hasher, _) = self.blobs.remove(&key).unwrap_or_default();
+                    let actual: String = hasher
+                        .finalize()
+                        .iter()
+                        .map(|byte| format!("{byte:02x}"))
+                        .collect();
+                    if &actual != digest {
+                        return Some(format!(
+                            "WorkspaceContent of blob {blob} hashes to {actual}, not to its digest {digest}"
+                        ));
+                    }
+                    self.contents.insert((session_id.clone(), digest.clone()));
+                }
+                None
+            }
+            Event::WorkspaceChanged { changes, .. } => changes.iter().find_map(|change| {
+                if !crate::files::is_confined(&change.path) {
+                    return Some(format!(
+                        "WorkspaceChanged names {:?}, a path outside the workspace",
+                        change.path
+                    ));
+                }
+                let entry = change.entry.as_ref()?;
+                let missing = entry.kind == crate::files::FileKind::File
+                    && !self
+                        .contents
+                        .contains(&(session_id.clone(), entry.digest.clone()));
+                missing.then(|| {
+                    format!(
+                        "WorkspaceChanged names {} with digest {}, whose content was never recorded",
+                        change.path, entry.digest
+                    )
+                })
+            }),
+            _ => None,
+        }
     }
 }

@@ -4,8 +4,9 @@
 use proptest::prelude::*;
 use turnstile_journal::codec::{self, RecordBody};
 use turnstile_journal::{
-    Event, EventIndex, Expected, ForkPoint, Journal, JournalOptions, JournalPos, ModelMetrics,
-    RunEvent, RunId, RunMetrics, RunOptions, Seq, SessionId, ToolCall, Warning,
+    ChangeKind, Event, EventIndex, Expected, FileChange, FileEntry, FileKind, ForkPoint, Journal,
+    JournalOptions, JournalPos, ModelMetrics, RunEvent, RunId, RunMetrics, RunOptions, Seq,
+    SessionId, SnapshotPoint, ToolCall, Warning,
 };
 
 fn tool() -> ToolCall {
@@ -212,6 +213,66 @@ fn samples() -> Vec<Event> {
                 reason: "Run cancelled".into(),
             },
         ),
+        // Added after format 4's first listing: new variants go last, old bytes stay.
+        Event::WorkspaceContent {
+            run_id: run_id.clone(),
+            blob: "blob-1".into(),
+            offset: 0,
+            bytes: b"hello".to_vec(),
+            digest: Some("2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824".into()),
+        },
+        Event::WorkspaceChanged {
+            run_id: run_id.clone(),
+            point: SnapshotPoint::ToolCall {
+                tool_call_id: "call-1".into(),
+            },
+            changes: vec![
+                FileChange {
+                    path: "src/a.txt".into(),
+                    change: ChangeKind::Added,
+                    entry: Some(FileEntry {
+                        kind: FileKind::File,
+                        executable: false,
+                        size: 5,
+                        digest: "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+                            .into(),
+                        target: None,
+                    }),
+                },
+                FileChange {
+                    path: "link".into(),
+                    change: ChangeKind::Modified,
+                    entry: Some(FileEntry {
+                        kind: FileKind::Symlink,
+                        executable: false,
+                        size: 4,
+                        digest: "aa".into(),
+                        target: Some("/etc".into()),
+                    }),
+                },
+                FileChange {
+                    path: "gone.md".into(),
+                    change: ChangeKind::Removed,
+                    entry: None,
+                },
+            ],
+        },
+        Event::WorkspaceChanged {
+            run_id: run_id.clone(),
+            point: SnapshotPoint::Rewound {
+                from_run_id: RunId::parse("run-0").unwrap(),
+                tool_call_id: None,
+            },
+            changes: Vec::new(),
+        },
+        emitted(
+            &run_id,
+            RunEvent::Warning {
+                warning: Warning::WorkspaceOverLimit {
+                    left_out: vec![("big.bin".into(), "workspace_max_file_bytes".into())],
+                },
+            },
+        ),
     ];
     for event in &samples {
         match event {
@@ -230,7 +291,9 @@ fn samples() -> Vec<Event> {
             | Event::TranscriptCompacted { .. }
             | Event::SessionDeleted { .. }
             | Event::AttachmentAdded { .. }
-            | Event::StoredApart { .. } => {}
+            | Event::StoredApart { .. }
+            | Event::WorkspaceContent { .. }
+            | Event::WorkspaceChanged { .. } => {}
         }
     }
     samples

@@ -12,6 +12,7 @@ mod session;
 mod stored;
 mod transcripts;
 mod views;
+pub mod workspace;
 
 pub use metrics::{DayCounts, ModelDetails, ModelTotals, SessionMetrics};
 pub use session::SessionState;
@@ -21,3 +22,4 @@ pub use turnstile_journal::ForkPoint;
 pub use views::{
     AttachmentView, Checkpoint, RunStatus, RunView, SessionView, ToolView, date_of_us,
 };
+pub use workspace::{Files, FilesAt, WorkspaceState};

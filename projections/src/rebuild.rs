@@ -4,9 +4,11 @@
 //! Each stored projection (a session's facts, or one run) says which sequence of its
 //! session it is as of. The rebuild folds every session once, in global order, and
 //! compares each stored projection when the fold reaches that sequence, so a
-//! projection written before later events is not a difference. It changes nothing.
+//! projection written before later events is not a difference. A session's stored
+//! workspace (`workspace/<id>`) is compared with its workspace's fold the same way. It
+//! changes nothing.
 
-use crate::SessionState;
+use crate::{SessionState, WorkspaceState};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use turnstile_journal::{Journal, JournalPos, RunId, SessionId};
@@ -63,6 +65,8 @@ fn diff(path: &str, stored: &Value, rebuilt: &Value, out: &mut Vec<String>, limi
 struct Check {
     key: String,
     run_id: Option<RunId>,
+    /// A session's workspace (`workspace/<id>`), not its facts.
+    workspace: bool,
     stored: Value,
 }
 
@@ -93,15 +97,26 @@ pub fn rebuild(
             .entry(as_of)
             .or_default()
             .push(Check {
+                workspace: key.starts_with("workspace/"),
                 key,
                 run_id,
                 stored,
             });
     }
     let mut states: BTreeMap<SessionId, SessionState> = BTreeMap::new();
+    // Only sessions with a stored workspace have theirs folded.
+    let mut workspaces: HashMap<String, WorkspaceState> = checks
+        .iter()
+        .filter(|(_, by_seq)| by_seq.values().flatten().any(|check| check.workspace))
+        .filter_map(|(session, _)| SessionId::parse(session).ok())
+        .map(|session| (session.to_string(), WorkspaceState::new(session)))
+        .collect();
     for record in journal.read_from(JournalPos(0)) {
         let record = record?;
         report.events += 1;
+        if let Some(workspace) = workspaces.get_mut(record.session_id.as_str()) {
+            workspace.apply(&record);
+        }
         if report.events % 4096 == 0 {
             progress(report.events);
         }
@@ -116,7 +131,15 @@ pub fn rebuild(
             continue;
         };
         for check in due {
-            compare(state, &check, &mut report);
+            if check.workspace {
+                let rebuilt = workspaces
+                    .get(record.session_id.as_str())
+                    .map(to_json)
+                    .unwrap_or(Value::Null);
+                compare_value(&check, &rebuilt, &mut report);
+            } else {
+                compare(state, &check, &mut report);
+            }
         }
     }
     progress(report.events);
@@ -151,6 +174,16 @@ fn compare(state: &SessionState, check: &Check, report: &mut RebuildReport) {
         report.older_layout += 1;
         return;
     }
+    report.compared += 1;
+    report
+        .differences
+        .extend(found.into_iter().map(|d| format!("{}: {d}", check.key)));
+}
+
+/// Compares a stored workspace with its fold at the same sequence.
+fn compare_value(check: &Check, rebuilt: &Value, report: &mut RebuildReport) {
+    let mut found = Vec::new();
+    diff("", &check.stored, rebuilt, &mut found, 8);
     report.compared += 1;
     report
         .differences

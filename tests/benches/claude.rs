@@ -140,6 +140,7 @@ fn runtime(
         cwd: dir.to_path_buf(),
         keep_uploads: false,
         workspace: turnstile_actors::Workspace::Shared,
+        snapshots: None,
     };
     Runtime::open(RuntimeConfig::new(
         dir.join(format!("data-{warm}")),

@@ -202,6 +202,7 @@ fn runtime(bin: &Path, fake: &FakeOpenAi, dir: &Path, warm: usize) -> Runtime {
         cwd: dir.join("work"),
         keep_uploads: false,
         workspace: turnstile_actors::Workspace::Shared,
+        snapshots: None,
     };
     Runtime::open(RuntimeConfig::new(
         dir.join(format!("data-{warm}")),

@@ -407,6 +407,7 @@ pub fn scripted_agent(retry: RetryPolicy) -> AgentSpec {
         cwd: std::env::temp_dir().join("turnstile-tests-workspace"),
         keep_uploads: false,
         workspace: turnstile_actors::Workspace::Shared,
+        snapshots: None,
     }
 }
 

@@ -42,6 +42,7 @@ fn request(
         transcript: turnstile_harness::Transcript::from_lines(transcript),
         output_schema: None,
         cwd: None,
+        settled: None,
     }
 }
 

@@ -14,19 +14,23 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
-use turnstile_harness::{ErrorKind, Harness, HarnessError, HarnessEvent, TurnOutcome, TurnRequest};
+use turnstile_harness::{
+    ErrorKind, Harness, HarnessError, HarnessEvent, ToolsSettled, TurnOutcome, TurnRequest,
+};
 use turnstile_journal::limits::HARNESS_EVENTS_BUFFERED;
 use turnstile_journal::{
     Event, EventIndex, Expected, Journal, ModelMetrics, Recorded, RunEvent, RunId, RunMetrics,
-    SessionId, Warning,
+    SessionId, SnapshotPoint, Warning,
 };
 
 mod endings;
 mod retry;
+mod snapshot;
 mod wire;
 
 pub(crate) use endings::{cancelled_events, failed_events, journal_error_type};
 pub use retry::RetryPolicy;
+pub(crate) use snapshot::{WorkspaceRun, files_at};
 pub use wire::WireEvent;
 pub(crate) use wire::{broadcast_wire, first_wire_index};
 
@@ -67,6 +71,8 @@ pub(crate) struct Finished {
     /// The failed append was refused because this replica lost the session's lease:
     /// the actor stops working on the session (the session's next owner resolves it).
     pub fenced: bool,
+    /// The session's workspace, handed back (`None` when it must be read again).
+    pub workspace: Option<crate::workspace::Tracker>,
 }
 
 /// Where a run task shows its session actor each batch it journaled, as soon as it is
@@ -104,6 +110,8 @@ pub(crate) struct RunTask {
     pub journal_failed: bool,
     /// It was refused for a lost lease (see [`Finished::fenced`]).
     pub fenced: bool,
+    /// The session's workspace, with snapshots on.
+    pub workspace: Option<WorkspaceRun>,
 }
 
 enum AttemptEnd {
@@ -122,14 +130,18 @@ impl RunTask {
         if let Some(error) = self.staging_error.take() {
             let mut terminal = std::mem::take(&mut self.start_events);
             terminal.extend(self.failed("attachment_staging", &error, false));
-            return Finished {
-                run_id: self.identity.run_id.clone(),
-                records,
-                terminal,
-                slot: self.slot,
-                journal_failed: self.journal_failed,
-                fenced: self.fenced,
+            return self.finish(records, terminal);
+        }
+        if let Err(error) = self.prepare_workspace(&mut records).await {
+            let terminal = if self.journal_failed {
+                Vec::new()
+            } else {
+                let mut terminal = std::mem::take(&mut self.start_events);
+                let message = format!("The session's workspace cannot be restored: {error}");
+                terminal.extend(self.failed("workspace_restore", &message, false));
+                terminal
             };
+            return self.finish(records, terminal);
         }
         let mut first_failure: Option<(u32, String)> = None;
         let terminal = loop {
@@ -215,14 +227,7 @@ impl RunTask {
         if self.journal_failed {
             // Crash-only: the session actor reads the run back from the journal and
             // resolves it as after a crash (a new attempt, or its end).
-            return Finished {
-                run_id: self.identity.run_id.clone(),
-                records,
-                terminal: Vec::new(),
-                slot: self.slot,
-                journal_failed: true,
-                fenced: self.fenced,
-            };
+            return self.finish(records, Vec::new());
         }
         // Whatever is still held (a turn that failed at once, or a finished turn's last
         // events) goes with the end.
@@ -233,6 +238,10 @@ impl RunTask {
             all.extend(terminal);
             all
         };
+        self.finish(records, terminal)
+    }
+
+    fn finish(self, records: Vec<Arc<Recorded>>, terminal: Vec<Event>) -> Finished {
         Finished {
             run_id: self.identity.run_id.clone(),
             records,
@@ -240,6 +249,10 @@ impl RunTask {
             slot: self.slot,
             journal_failed: self.journal_failed,
             fenced: self.fenced,
+            workspace: self
+                .workspace
+                .filter(|work| !work.broken && !self.journal_failed)
+                .and_then(|work| work.tracker),
         }
     }
 
@@ -252,9 +265,16 @@ impl RunTask {
         started: Instant,
     ) -> AttemptEnd {
         let (sender, mut receiver) = mpsc::channel(HARNESS_EVENTS_BUFFERED);
-        let mut turn = self
-            .harness
-            .run_turn(self.request.clone(), sender, self.cancel.clone());
+        let mut request = self.request.clone();
+        // With snapshots on, a harness that can wait lets each tool call's snapshot be
+        // taken before its next call runs.
+        let settle = self.workspace.is_some().then(|| {
+            let (settle, settled) = ToolsSettled::channel();
+            request.settled = Some(settled);
+            settle
+        });
+        let mut settled_calls = 0u64;
+        let mut turn = self.harness.run_turn(request, sender, self.cancel.clone());
         let mut result: Option<Result<TurnOutcome, HarnessError>> = None;
         let mut journal_error: Option<String> = None;
         loop {
@@ -278,7 +298,16 @@ impl RunTask {
                     closed = drain(&mut receiver, &mut batch);
                 }
             }
+            let last_call = batch.iter().rev().find_map(|event| match event {
+                HarnessEvent::ToolCallCompleted { tool } => Some(tool.tool_call_id.clone()),
+                _ => None,
+            });
+            settled_calls += batch
+                .iter()
+                .filter(|event| matches!(event, HarnessEvent::ToolCallCompleted { .. }))
+                .count() as u64;
             if journal_error.is_some() {
+                settle_calls(settle.as_ref(), u64::MAX);
                 continue;
             }
             let mut events = Vec::with_capacity(batch.len());
@@ -294,10 +323,19 @@ impl RunTask {
                 self.start_events.extend(events);
                 continue;
             }
-            if let Err(error) = self.append(events, records).await {
+            let journaled = match last_call {
+                Some(tool_call_id) => {
+                    let point = SnapshotPoint::ToolCall { tool_call_id };
+                    self.journal_with_snapshot(events, point, records).await
+                }
+                None => self.append(events, records).await,
+            };
+            settle_calls(settle.as_ref(), settled_calls);
+            if let Err(error) = journaled {
                 // The turn cannot be recorded, so it must not go on unrecorded.
                 tracing::error!(run_id = %self.identity.run_id, %error, "journal append failed");
                 journal_error = Some(error);
+                settle_calls(settle.as_ref(), u64::MAX);
                 self.cancel.cancel();
             }
         }
@@ -305,6 +343,13 @@ impl RunTask {
             Some(result) => result,
             None => turn.await,
         };
+        if journal_error.is_none()
+            && let Err(error) = self
+                .journal_with_snapshot(Vec::new(), SnapshotPoint::TurnEnd, records)
+                .await
+        {
+            journal_error = Some(error);
+        }
         match journal_error {
             Some(error) => AttemptEnd::Journal(error),
             None => AttemptEnd::Harness(result),
@@ -490,6 +535,7 @@ impl RunTask {
                     crate::lifecycle::log_task_step(&record.session_id, &record.event);
                 }
                 broadcast_wire(&self.live, &appended);
+                self.workspace_appended(&appended);
                 (self.appended)(appended.clone());
                 records.extend(appended);
                 return Ok(());
@@ -501,6 +547,7 @@ impl RunTask {
                 // What the journal took of it is not known (a connection that dropped
                 // during the commit, say): nothing more is written from here.
                 self.journal_failed = true;
+                self.workspace_broken();
                 self.fenced |= matches!(error, turnstile_journal::Error::Fenced { .. });
                 error.to_string()
             }
@@ -510,6 +557,13 @@ impl RunTask {
             self.next_index = index;
         }
         Err(failure)
+    }
+}
+
+/// Tells a waiting harness how many of its tool calls have their snapshot.
+fn settle_calls(settle: Option<&tokio::sync::watch::Sender<u64>>, calls: u64) {
+    if let Some(settle) = settle {
+        settle.send_replace(calls);
     }
 }
 

@@ -56,6 +56,7 @@ impl Handler<DeleteSessionMsg> for SessionActor {
                 actor.deleting = false;
                 let answer = actor.answer_deletion(result, ctx);
                 if let (Ok(Ok(true)), Some(workdir)) = (&answer, workdir) {
+                    actor.workspace = None;
                     remove_workspace(&workdir);
                 }
                 answer

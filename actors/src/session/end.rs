@@ -61,6 +61,9 @@ impl SessionActor {
                     match result {
                         Ok(Ok(records)) => {
                             actor.apply(&records);
+                            if let Some(tracker) = actor.workspace.as_mut() {
+                                tracker.store(&actor.shared.journal, actor.state.next_seq);
+                            }
                             if let Some(live) = live {
                                 broadcast_wire(&live, &records);
                             }
@@ -149,6 +152,7 @@ impl Handler<RunFinishedMsg> for SessionActor {
 
     fn handle(&mut self, RunFinishedMsg(finished): RunFinishedMsg, ctx: &mut Self::Context) {
         self.fold(&finished.records);
+        self.workspace = finished.workspace;
         if finished.journal_failed {
             // An append of the run's task failed and what the journal took is unknown:
             // as after a crash, the run is read back from the journal and resolved from

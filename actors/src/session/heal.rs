@@ -29,6 +29,8 @@ impl SessionActor {
         tracing::warn!(session_id = %self.session_id, next_seq = state.next_seq, "session state read again from the journal after an append failed");
         self.state = state;
         self.stale = false;
+        // The workspace's fold too is read again, at the next turn.
+        self.workspace = None;
         let next_seq = self.state.next_seq;
         self.unfolded.retain(|seq, _| *seq >= next_seq);
         // Queued runs whose acceptance the journal does not hold are gone (their

@@ -122,6 +122,9 @@ pub(crate) struct SessionActor {
     /// Runs whose end is being journaled: a state read again meanwhile may not show
     /// the end yet, and must not take them for runs no one works on.
     ending: HashSet<RunId>,
+    /// The session's workspace between turns, with snapshots on (`None`: read from the
+    /// journal by the next turn; lent to the run in flight meanwhile).
+    workspace: Option<crate::workspace::Tracker>,
 }
 
 /// A run accepted.
@@ -182,6 +185,7 @@ impl SessionActor {
             stale: false,
             healing: false,
             ending: HashSet::new(),
+            workspace: None,
         }
     }
 }

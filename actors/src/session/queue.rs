@@ -3,7 +3,7 @@
 //! an attempt nor a slot; the head's run task is started here.
 
 use crate::history::{branch_history, render_prompt};
-use crate::run::{RunIdentity, RunTask};
+use crate::run::{RunIdentity, RunTask, WorkspaceRun};
 use crate::session::end::RunFinishedMsg;
 use crate::session::fold::RecordsAppended;
 use crate::session::{InFlight, SessionActor};
@@ -103,6 +103,15 @@ impl SessionActor {
         let output_schema = output_schema_of(&run);
         let workdir = workdir_of(&agent, &self.session_id);
         let fallback_prompt = self.fallback_prompt(&run);
+        let workspace = agent.snapshots.clone().map(|bounds| WorkspaceRun {
+            tracker: self.workspace.take(),
+            root: workdir.clone(),
+            bounds,
+            // A continuation's rewind is journaled with its start: not again on a resume.
+            rewind: run.fork.clone().filter(|_| !head.resume),
+            warned: Default::default(),
+            broken: false,
+        });
         let task = RunTask {
             identity,
             journal: self.shared.journal.clone(),
@@ -119,6 +128,7 @@ impl SessionActor {
                 transcript,
                 output_schema: output_schema.as_ref().map(|schema| schema.to_string()),
                 cwd: Some(workdir),
+                settled: None,
             },
             policy: agent.retry,
             cancel,
@@ -138,6 +148,7 @@ impl SessionActor {
             },
             journal_failed: false,
             fenced: false,
+            workspace,
         };
         let address = ctx.address();
         actix::spawn(async move {

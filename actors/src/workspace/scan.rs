@@ -47,6 +47,8 @@ pub struct Entry {
     pub mtime_ns: i128,
     /// The inode.
     pub inode: u64,
+    /// A link's target, as its text.
+    pub target: Option<String>,
 }
 
 /// A workspace's paths (relative, `/`-separated) as its last snapshot recorded them.
@@ -189,10 +191,14 @@ impl Walk<'_> {
 
     fn file(&mut self, full: &Path, path: String, meta: &std::fs::Metadata) -> std::io::Result<()> {
         let symlink = meta.file_type().is_symlink();
-        let size = if symlink {
-            std::fs::read_link(full)?.as_os_str().len() as u64
+        let target = if symlink {
+            Some(std::fs::read_link(full)?.to_string_lossy().into_owned())
         } else {
-            meta.len()
+            None
+        };
+        let size = match &target {
+            Some(target) => target.len() as u64,
+            None => meta.len(),
         };
         let over = if !symlink && size > self.bounds.max_file_bytes {
             Some("workspace_max_file_bytes")
@@ -232,12 +238,9 @@ impl Walk<'_> {
             Some(before) => before.digest.clone(),
             None => {
                 self.found.files_read += 1;
-                if symlink {
-                    crate::uploads::sha256_hex(
-                        std::fs::read_link(full)?.as_os_str().as_encoded_bytes(),
-                    )
-                } else {
-                    digest_of(full)?
+                match &target {
+                    Some(target) => crate::uploads::sha256_hex(target.as_bytes()),
+                    None => digest_of(full)?,
                 }
             }
         };
@@ -248,6 +251,7 @@ impl Walk<'_> {
             digest,
             mtime_ns,
             inode: meta.ino(),
+            target,
         };
         let change = match before {
             None => Some(ChangeKind::Added),

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use turnstile_actors::workspace::{Bounds, DEFAULT_IGNORE, Ignore};
 use turnstile_actors::{AgentSpec, RetryPolicy};
 use turnstile_harness::{HarnessConfig, HarnessContext};
 
@@ -47,6 +48,20 @@ pub struct AgentConfig {
     /// **ext**: `shared` (every session in `cwd`) or `session` (each in `<cwd>/<id>/`).
     #[serde(default)]
     pub workspace: WorkspaceMode,
+    /// **ext**: with `workspace = "session"`, snapshot each session's workspace into the
+    /// journal and restore it from there (default on; off leaves only the isolation).
+    pub snapshot_workspace: Option<bool>,
+    /// **ext**: bytes of all files of one snapshot at most.
+    #[serde(default = "max_bytes")]
+    pub workspace_max_bytes: u64,
+    /// **ext**: bytes of one file at most.
+    #[serde(default = "max_file_bytes")]
+    pub workspace_max_file_bytes: u64,
+    /// **ext**: paths of one snapshot at most.
+    #[serde(default = "max_files")]
+    pub workspace_max_files: usize,
+    /// **ext**: paths neither captured nor removed (gitignore-like patterns).
+    pub workspace_ignore: Option<Vec<String>>,
     /// List a streamed run's events on the run (agno's `store_events`, which AgentOS
     /// turns on for external agents: default on; the journal keeps every event
     /// regardless).
@@ -68,6 +83,18 @@ fn one() -> f64 {
     1.0
 }
 
+fn max_bytes() -> u64 {
+    1 << 30
+}
+
+fn max_file_bytes() -> u64 {
+    64 << 20
+}
+
+fn max_files() -> usize {
+    100_000
+}
+
 pub(super) fn default_agents() -> Vec<AgentConfig> {
     vec![AgentConfig {
         id: "scripted".into(),
@@ -79,10 +106,45 @@ pub(super) fn default_agents() -> Vec<AgentConfig> {
         exponential_backoff: false,
         keep_uploads: false,
         workspace: WorkspaceMode::Shared,
+        snapshot_workspace: None,
+        workspace_max_bytes: max_bytes(),
+        workspace_max_file_bytes: max_file_bytes(),
+        workspace_max_files: max_files(),
+        workspace_ignore: None,
         store_events: true,
         events_to_skip: None,
         harness: HarnessConfig::default(),
     }]
+}
+
+impl AgentConfig {
+    /// The bounds of its workspace's snapshots, when they are on.
+    fn snapshots(&self) -> Result<Option<Bounds>, ConfigError> {
+        let invalid = |why: String| ConfigError::Invalid(format!("agent {:?}: {why}", self.id));
+        let on = match (self.workspace, self.snapshot_workspace) {
+            (WorkspaceMode::Session, on) => on.unwrap_or(true),
+            (WorkspaceMode::Shared, Some(true)) => {
+                return Err(invalid(
+                    "snapshot_workspace = true needs workspace = \"session\" (a shared cwd is no session's own)".into(),
+                ));
+            }
+            (WorkspaceMode::Shared, _) => false,
+        };
+        if !on {
+            return Ok(None);
+        }
+        let ignore = match &self.workspace_ignore {
+            Some(patterns) => Ignore::new(patterns),
+            None => Ignore::new(&DEFAULT_IGNORE),
+        }
+        .map_err(invalid)?;
+        Ok(Some(Bounds {
+            max_bytes: self.workspace_max_bytes,
+            max_file_bytes: self.workspace_max_file_bytes,
+            max_files: self.workspace_max_files,
+            ignore,
+        }))
+    }
 }
 
 impl Config {
@@ -122,6 +184,7 @@ impl Config {
                         WorkspaceMode::Shared => turnstile_actors::Workspace::Shared,
                         WorkspaceMode::Session => turnstile_actors::Workspace::Session,
                     },
+                    snapshots: agent.snapshots()?,
                 })
             })
             .collect()

@@ -145,6 +145,24 @@ fn warning_object(warning: &Warning) -> Object<'_> {
             ),
             ("files", Field::Strs(files)),
         ]),
+        Warning::WorkspaceOverLimit { left_out } => Object::new(vec![
+            ("type", Field::Str("workspace_over_limit")),
+            (
+                "message",
+                Field::Str(
+                    "Files of the session's workspace were left out of its snapshot (over a workspace_max_* bound); the run goes on, and a restore leaves them as they are.",
+                ),
+            ),
+            (
+                "left_out",
+                Field::Json(Value::Array(
+                    left_out
+                        .iter()
+                        .map(|(path, bound)| serde_json::json!({"path": path, "bound": bound}))
+                        .collect(),
+                )),
+            ),
+        ]),
     }
 }
 
@@ -304,6 +322,11 @@ mod tests {
             RunEvent::Warning {
                 warning: Warning::AttachmentsChanged {
                     files: vec!["b.txt".into(), "a.txt".into()],
+                },
+            },
+            RunEvent::Warning {
+                warning: Warning::WorkspaceOverLimit {
+                    left_out: vec![("big.bin".into(), "workspace_max_file_bytes".into())],
                 },
             },
             RunEvent::Completed {

@@ -456,6 +456,7 @@ impl<D: Dialect> CliHarness<D> {
             transcript: crate::Transcript::from_lines(request.transcript.clone()),
             output_schema: None,
             cwd: request.cwd.clone(),
+            settled: None,
         };
         let collect = tokio::spawn(async move {
             let mut lines = Vec::new();

@@ -185,7 +185,15 @@ async fn play(
                 result_bytes: *result_bytes,
                 file: file.as_ref(),
             };
-            call_tool(request, events, call).await
+            call_tool(request, events, call).await?;
+            // The runtime records the workspace after the call before the next one runs.
+            if let Some(settled) = &request.settled {
+                tokio::select! {
+                    () = settled.wait(u64::from(*tool_number)) => {}
+                    _ = cancel.cancelled() => return Err(HarnessError::Cancelled),
+                }
+            }
+            Ok(())
         }
         Step::Sleep(duration) => {
             tokio::select! {
