@@ -28,6 +28,6 @@ pub use api::{
     RuntimeCounters, RuntimeError, StartRun, Workspace,
 };
 pub use run::{RetryPolicy, WireEvent};
-pub use runtime::{RunHandle, Runtime};
+pub use runtime::{FileContent, RunHandle, Runtime};
 pub use stream::RunEvents;
 pub use turnstile_journal::{ModelMetrics, RunMetrics, RunOptions};

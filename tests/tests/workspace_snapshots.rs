@@ -144,8 +144,8 @@ async fn a_continuation_sees_the_files_of_its_checkpoint_29() {
         &server,
         &run,
         &[
-            ("message_index", "3"),
-            ("message", "/read a.txt\n/read c.txt"),
+            ("continue_from", "3"),
+            ("input", "/read a.txt\n/read c.txt"),
         ],
     )
     .await;

@@ -25,6 +25,9 @@ use crate::stream::RunEvents;
 
 mod cluster;
 mod commands;
+mod files;
+
+pub use files::FileContent;
 mod replica;
 mod views;
 

@@ -14,4 +14,5 @@ mod track;
 pub use ignore::{DEFAULT_IGNORE, Ignore};
 pub use restore::Restored;
 pub use scan::{Bounds, Change, ChangeKind, Entry, EntryKind, Index, Scan, digest_of, scan};
+pub use track::load_state;
 pub(crate) use track::{Plan, Tracker};

@@ -48,6 +48,26 @@ pub(crate) struct Plan {
     pub left_out: Vec<(String, String)>,
 }
 
+/// A session's workspace fold: its stored form and the records after it.
+pub fn load_state(journal: &Journal, session_id: &SessionId) -> Result<WorkspaceState, String> {
+    read_state(journal, session_id).map(|(state, _)| state)
+}
+
+/// [`load_state`], with the sequence its stored form was as of.
+fn read_state(journal: &Journal, session_id: &SessionId) -> Result<(WorkspaceState, u64), String> {
+    let stored: Option<WorkspaceState> = journal
+        .get_projection(&key(session_id))
+        .map_err(|error| error.to_string())?
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .filter(|state: &WorkspaceState| &state.session_id == session_id);
+    let mut state = stored.unwrap_or_else(|| WorkspaceState::new(session_id.clone()));
+    let stored_seq = state.next_seq;
+    for record in journal.read_session(session_id, Seq(state.next_seq)) {
+        state.apply(&record.map_err(|error| error.to_string())?);
+    }
+    Ok((state, stored_seq))
+}
+
 impl Tracker {
     /// Reads a session's workspace from its stored form and the records after it.
     pub(crate) fn load(
@@ -56,16 +76,7 @@ impl Tracker {
         root: PathBuf,
         bounds: Bounds,
     ) -> Result<Tracker, String> {
-        let stored: Option<WorkspaceState> = journal
-            .get_projection(&key(session_id))
-            .map_err(|error| error.to_string())?
-            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-            .filter(|state: &WorkspaceState| &state.session_id == session_id);
-        let mut state = stored.unwrap_or_else(|| WorkspaceState::new(session_id.clone()));
-        let stored_seq = state.next_seq;
-        for record in journal.read_session(session_id, Seq(state.next_seq)) {
-            state.apply(&record.map_err(|error| error.to_string())?);
-        }
+        let (state, stored_seq) = read_state(journal, session_id)?;
         Ok(Tracker {
             session_id: session_id.clone(),
             root,

@@ -9,6 +9,7 @@ pub mod body;
 pub mod error;
 pub mod export;
 mod extract;
+mod files;
 pub mod form;
 pub mod metrics;
 pub mod openapi;
@@ -84,6 +85,14 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/agents/{agent_id}/runs/{run_id}/checkpoints",
             get(resume::get_checkpoints),
+        )
+        .route(
+            "/agents/{agent_id}/runs/{run_id}/files",
+            get(files::run_files),
+        )
+        .route(
+            "/agents/{agent_id}/runs/{run_id}/files/{*path}",
+            get(files::run_file),
         )
         .route(
             "/agents/{agent_id}/runs/{run_id}/continue",

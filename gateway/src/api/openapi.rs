@@ -28,6 +28,8 @@ use crate::api::error::ErrorBody;
         super::runs::cancel_run,
         super::resume::resume_run,
         super::resume::get_checkpoints,
+        super::files::run_files,
+        super::files::run_file,
         super::resume::continue_run,
         super::sessions::compact_session,
         super::sessions::list_sessions,

@@ -67,7 +67,7 @@ pub fn requirement(method: &Method, path: &str, user_isolation: bool) -> Option<
         ["agents", agent, "runs", _, "continue" | "cancel" | "resume"] if post => {
             need(Some("agents:run"), Some(agent), true)
         }
-        ["agents", agent, "runs", _, "checkpoints"] if read => {
+        ["agents", agent, "runs", _, "checkpoints" | "files", ..] if read => {
             need(Some("agents:read"), Some(agent), true)
         }
         ["agents", agent, "sessions", _, "compact"] if post => {

@@ -314,6 +314,22 @@ fn preview(text: &str) -> String {
     text.chars().take(120).collect()
 }
 
+/// One change of `GET …/runs/{run_id}/files` (ext, `spec/workspaces.md`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FileChanged {
+    /// Relative to the session's workspace.
+    pub path: String,
+    /// `added`, `modified` or `removed`.
+    pub change: String,
+    /// Bytes (a symlink: its target's text); none when removed.
+    pub size: Option<u64>,
+    /// SHA-256 of the content, lowercase hex; none when removed.
+    pub digest: Option<String>,
+    /// The tool call after which it was recorded; none at the end of the turn, or for a
+    /// continuation's rewind.
+    pub tool_call_id: Option<String>,
+}
+
 /// `GET …/checkpoints`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Checkpoints {
