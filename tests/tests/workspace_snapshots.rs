@@ -210,3 +210,177 @@ async fn a_continuation_sees_the_files_of_its_checkpoint_29() {
     server.terminate();
     verify(dir.path());
 }
+
+#[tokio::test]
+async fn a_continuation_from_the_start_of_a_run_sees_the_files_before_it_29() {
+    let dir = tempfile::tempdir().unwrap();
+    config(dir.path(), "");
+    let server = start(dir.path());
+    turn(&server, "s1", "/write kept.txt before").await;
+    let run = turn(&server, "s1", "/write kept.txt during\n/write new.txt new").await;
+    let replay = continue_run(
+        &server,
+        &run,
+        &[
+            ("continue_from", "0"),
+            ("input", "/read kept.txt\n/read new.txt"),
+        ],
+    )
+    .await;
+    assert_eq!(results(&replay), ["before", "missing"], "{replay}");
+    server.terminate();
+    verify(dir.path());
+}
+
+#[tokio::test]
+async fn an_export_imported_on_a_new_machine_resumes_with_its_files_29() {
+    let old = tempfile::tempdir().unwrap();
+    config(old.path(), "");
+    let server = start(old.path());
+    let run = turn(
+        &server,
+        "s1",
+        "/write src/main.rs fn main() {}\n/write README done",
+    )
+    .await;
+    assert_eq!(run["status"], "COMPLETED", "{run}");
+    server.terminate();
+    turnstile_in_ok(
+        old.path(),
+        &[
+            "journal",
+            "export",
+            "--config",
+            "turnstile.toml",
+            "--out",
+            "journal.jsonl",
+        ],
+    );
+
+    // A new machine: a new data directory and a new, empty cwd.
+    let new = tempfile::tempdir().unwrap();
+    config(new.path(), "");
+    std::fs::copy(
+        old.path().join("journal.jsonl"),
+        new.path().join("journal.jsonl"),
+    )
+    .unwrap();
+    turnstile_in_ok(
+        new.path(),
+        &[
+            "journal",
+            "import",
+            "--in",
+            "journal.jsonl",
+            "--data-dir",
+            "data",
+        ],
+    );
+    verify(new.path());
+    let server = start(new.path());
+    let next = turn(&server, "s1", "/read src/main.rs\n/ls").await;
+    assert_eq!(
+        results(&next),
+        ["fn main() {}", "README\nsrc/main.rs"],
+        "{next}"
+    );
+    server.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn links_executables_bounds_and_ignored_paths_29() {
+    let dir = tempfile::tempdir().unwrap();
+    config(
+        dir.path(),
+        "workspace_max_file_bytes = 16\nworkspace_ignore = [\"cache/\"]\n",
+    );
+    std::fs::write(dir.path().join("secret.txt"), "outside the workspace").unwrap();
+    let server = start(dir.path());
+    // The turn sleeps while a link and an executable appear in its workspace, as a
+    // tool the harness ran would make them.
+    let url = server.url("/agents/coder/runs");
+    let turn_in_flight = tokio::spawn(async move {
+        let response = http_client()
+            .post(url)
+            .form(&[
+                ("message", "/write small.txt ok\n/write big.txt 0123456789abcdefXYZ\n/write cache/x.txt ignored\n/sleep 1500"),
+                ("session_id", "s1"),
+                ("stream", "true"),
+            ])
+            .send()
+            .await
+            .unwrap();
+        response.text().await.unwrap()
+    });
+    let work = dir.path().join("work/s1");
+    turnstile_tests::wait_until(
+        "the session's directory",
+        std::time::Duration::from_secs(10),
+        || work.join("small.txt").exists(),
+    );
+    std::os::unix::fs::symlink("../../secret.txt", work.join("out-link")).unwrap();
+    std::os::unix::fs::symlink("/nonexistent-turnstile-target/x", work.join("dangling")).unwrap();
+    std::fs::write(work.join("tool.sh"), "echo hi\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(work.join("tool.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let frames = turnstile_tests::parse_sse(&turn_in_flight.await.unwrap());
+    let warnings: Vec<&Value> = frames
+        .iter()
+        .filter(|frame| frame.event == "CustomEvent")
+        .map(|frame| &frame.data["warning"])
+        .collect();
+    assert_eq!(warnings.len(), 1, "{frames:?}");
+    assert_eq!(warnings[0]["type"], "workspace_over_limit");
+    assert_eq!(warnings[0]["left_out"][0]["path"], "big.txt");
+    assert_eq!(
+        warnings[0]["left_out"][0]["bound"],
+        "workspace_max_file_bytes"
+    );
+    let run_id = frames[0].data["run_id"].as_str().unwrap().to_owned();
+
+    // The link's content is its target's text, never what it points to.
+    let (status, body) = get(
+        &server,
+        &format!("/agents/coder/runs/{run_id}/files/out-link"),
+    )
+    .await;
+    assert_eq!((status, body.as_str()), (200, "../../secret.txt"));
+    let (status, _) = get(
+        &server,
+        &format!("/agents/coder/runs/{run_id}/files/big.txt"),
+    )
+    .await;
+    assert_eq!(status, 404, "a file over its bound is never captured");
+    server.terminate();
+
+    // A restart on the same directory: the over-bound and ignored files stay as they are.
+    let server = start(dir.path());
+    turn(&server, "s1", "/reply hello").await;
+    assert!(work.join("big.txt").exists() && work.join("cache/x.txt").exists());
+    server.terminate();
+
+    // A new machine: links restored as links (their targets not made), the executable
+    // bit kept, the over-bound and ignored files never captured.
+    std::fs::remove_dir_all(dir.path().join("work")).unwrap();
+    std::fs::remove_file(dir.path().join("secret.txt")).unwrap();
+    let server = start(dir.path());
+    let run = turn(&server, "s1", "/ls").await;
+    assert_eq!(
+        results(&run),
+        ["dangling\nout-link\nsmall.txt\ntool.sh"],
+        "{run}"
+    );
+    assert_eq!(
+        std::fs::read_link(work.join("out-link")).unwrap(),
+        Path::new("../../secret.txt")
+    );
+    assert!(!dir.path().join("secret.txt").exists());
+    assert!(!Path::new("/nonexistent-turnstile-target").exists());
+    let mode = std::fs::metadata(work.join("tool.sh"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o100, 0o100, "{mode:o}");
+    server.terminate();
+    verify(dir.path());
+}

@@ -69,9 +69,11 @@ impl Runtime {
                 .transpose()?;
             match record.map(|record| record.event) {
                 Some(Event::WorkspaceContent { bytes, .. }) => Ok(bytes),
-                _ => Err(RuntimeError::Journal(turnstile_journal::Error::Unavailable(
-                    format!("record {seq} of session {session_id} is not a workspace content"),
-                ))),
+                _ => Err(RuntimeError::Journal(
+                    turnstile_journal::Error::Unavailable(format!(
+                        "record {seq} of session {session_id} is not a workspace content"
+                    )),
+                )),
             }
         });
         Ok(Some(FileContent {

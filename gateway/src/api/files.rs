@@ -73,7 +73,11 @@ pub(super) async fn run_file(
     let view = find_run(&state, &caller, agent, &run_id, query.session_id.as_deref())?;
     let at = match query.at {
         Some(tool_call_id) => {
-            if !view.tools.iter().any(|tool| tool.tool_call_id == tool_call_id) {
+            if !view
+                .tools
+                .iter()
+                .any(|tool| tool.tool_call_id == tool_call_id)
+            {
                 return Err(ApiError::NotFound(format!(
                     "Tool call {tool_call_id} not found in run {run_id}"
                 )));
@@ -105,7 +109,10 @@ pub(super) async fn run_file(
                 header::HeaderName::from_static("x-turnstile-digest"),
                 content.entry.digest.clone(),
             ),
-            (header::HeaderName::from_static("x-turnstile-kind"), kind.to_owned()),
+            (
+                header::HeaderName::from_static("x-turnstile-kind"),
+                kind.to_owned(),
+            ),
         ],
         Body::from_stream(futures::stream::iter(pieces)),
     )
