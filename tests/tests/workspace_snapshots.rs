@@ -384,3 +384,33 @@ async fn links_executables_bounds_and_ignored_paths_29() {
     server.terminate();
     verify(dir.path());
 }
+
+#[tokio::test]
+async fn two_replicas_on_postgresql_each_with_its_own_cwd_see_the_same_files_29() {
+    let Some(url) = turnstile_tests::postgres::database() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let replica = |name: &str| {
+        let home = dir.path().join(name);
+        std::fs::create_dir_all(&home).unwrap();
+        config(&home, &format!("\n[journal]\nbackend = \"postgres\"\nurl = \"{url}\"\nlease_s = 2\n"));
+        start(&home)
+    };
+    let (a, b) = (replica("a"), replica("b"));
+    let bytes = "line one\\nline two\\n  indented";
+    let first = turn(&a, "shared", &format!("/write docs/notes.md {bytes}")).await;
+    assert_eq!(first["status"], "COMPLETED", "{first}");
+    let second = turn(&b, "shared", "/read docs/notes.md").await;
+    assert_eq!(results(&second), ["line one\nline two\n  indented"], "{second}");
+    assert_eq!(
+        std::fs::read(dir.path().join("b/work/shared/docs/notes.md")).unwrap(),
+        std::fs::read(dir.path().join("a/work/shared/docs/notes.md")).unwrap()
+    );
+    // B's change goes back to A.
+    turn(&b, "shared", "/rm docs/notes.md\n/write b.txt from b").await;
+    let third = turn(&a, "shared", "/ls").await;
+    assert_eq!(results(&third), ["b.txt"], "{third}");
+    a.terminate();
+    b.terminate();
+}
