@@ -394,7 +394,10 @@ async fn two_replicas_on_postgresql_each_with_its_own_cwd_see_the_same_files_29(
     let replica = |name: &str| {
         let home = dir.path().join(name);
         std::fs::create_dir_all(&home).unwrap();
-        config(&home, &format!("\n[journal]\nbackend = \"postgres\"\nurl = \"{url}\"\nlease_s = 2\n"));
+        config(
+            &home,
+            &format!("\n[journal]\nbackend = \"postgres\"\nurl = \"{url}\"\nlease_s = 2\n"),
+        );
         start(&home)
     };
     let (a, b) = (replica("a"), replica("b"));
@@ -402,7 +405,11 @@ async fn two_replicas_on_postgresql_each_with_its_own_cwd_see_the_same_files_29(
     let first = turn(&a, "shared", &format!("/write docs/notes.md {bytes}")).await;
     assert_eq!(first["status"], "COMPLETED", "{first}");
     let second = turn(&b, "shared", "/read docs/notes.md").await;
-    assert_eq!(results(&second), ["line one\nline two\n  indented"], "{second}");
+    assert_eq!(
+        results(&second),
+        ["line one\nline two\n  indented"],
+        "{second}"
+    );
     assert_eq!(
         std::fs::read(dir.path().join("b/work/shared/docs/notes.md")).unwrap(),
         std::fs::read(dir.path().join("a/work/shared/docs/notes.md")).unwrap()

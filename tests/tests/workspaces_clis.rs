@@ -1,8 +1,11 @@
-//! Workspaces per session with the real CLIs (issue 29, the first part): with
-//! `workspace = "session"` the real Claude Code and Codex CLIs, against the fake model
-//! servers, run each session's shell commands in `<cwd>/<session_id>/`: a file one
-//! session writes is not in another's directory, and a session's next turn, in a fresh
-//! CLI process, finds it again.
+//! Workspaces per session with the real CLIs (issue 29): with `workspace = "session"`
+//! the real Claude Code and Codex CLIs, against the fake model servers, run each
+//! session's shell commands in `<cwd>/<session_id>/`: a file one session writes is not
+//! in another's directory, and a session's next turn, in a fresh CLI process, finds it
+//! again. Snapshots carry the files with the journal: exported and imported on a new
+//! machine (a fresh data directory, an empty cwd), the next turn's `cat` shows the model
+//! the file; a continuation from the checkpoint before a second command that changed
+//! the file sees the first content.
 
 use std::path::Path;
 
@@ -11,7 +14,7 @@ use turnstile_tests::claude::{claude_bin, claude_config};
 use turnstile_tests::codex::{codex_bin, codex_config};
 use turnstile_tests::fake_anthropic::FakeAnthropic;
 use turnstile_tests::fake_openai::FakeOpenAi;
-use turnstile_tests::{Server, post_form_json};
+use turnstile_tests::{Server, post_form_json, turnstile_ok};
 
 async fn run(server: &Server, agent: &str, session: &str, message: &str) -> Value {
     let form = [
@@ -134,4 +137,145 @@ async fn codex_runs_each_session_in_its_own_directory_29() {
     );
     sessions_keep_their_own_files(&server, "codex", &dir.path().join("workspace")).await;
     server.terminate();
+}
+
+/// Claude Code's config in `dir`, its shell commands allowed (it asks before one
+/// that writes a file otherwise).
+fn claude_snapshot_config(dir: &Path, bin: &Path, fake: &FakeAnthropic) -> std::path::PathBuf {
+    let config = claude_config(
+        dir,
+        bin,
+        fake,
+        "",
+        "warm_processes = 0\nworkspace = \"session\"",
+    );
+    let text = std::fs::read_to_string(&config).unwrap();
+    let allowed = text
+        .lines()
+        .find(|line| line.starts_with("allowed_tools"))
+        .unwrap()
+        .to_owned();
+    std::fs::write(
+        &config,
+        text.replace(&allowed, "allowed_tools = [\"Bash\", \"Read\"]"),
+    )
+    .unwrap();
+    config
+}
+
+/// Turn 1 writes a file twice on the first machine; its journal is exported and
+/// imported on a second one with an empty cwd, where turn 2 reads the file; then a
+/// continuation of turn 1 from between its two commands reads the first content.
+/// `seen(marker)` is what the model was sent in the request whose prompt holds `marker`.
+async fn files_travel_with_the_journal(
+    agent: &str,
+    make_config: impl Fn(&Path) -> std::path::PathBuf,
+    seen: impl Fn(&str) -> String,
+) {
+    let old = tempfile::tempdir().unwrap();
+    let config = make_config(old.path());
+    let server = Server::start_with(
+        &old.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    // The contents are computed by the shell, so no command's text holds them.
+    let first = run(
+        &server,
+        agent,
+        "travel",
+        "write twice\n@bash echo $((5*5))-first > f.txt\n@bash echo $((6*7))-second > f.txt\n@reply written",
+    )
+    .await;
+    assert_eq!(first["status"], "COMPLETED", "{first}");
+    server.terminate();
+    let export = old.path().join("journal.jsonl");
+    let data = old.path().join("data");
+    turnstile_ok(&[
+        "journal",
+        "export",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--out",
+        export.to_str().unwrap(),
+    ]);
+
+    let new = tempfile::tempdir().unwrap();
+    let config = make_config(new.path());
+    let data = new.path().join("data");
+    turnstile_ok(&[
+        "journal",
+        "import",
+        "--in",
+        export.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
+    assert!(!new.path().join("workspace/travel").exists());
+    let server = Server::start_with(&data, &["--config", config.to_str().unwrap()]);
+    let read = run(
+        &server,
+        agent,
+        "travel",
+        "read it\n@bash cat f.txt\n@reply read",
+    )
+    .await;
+    assert!(tool_output(&read).contains("42-second"), "{read}");
+    assert!(
+        seen("read it").contains("42-second"),
+        "the model was not shown the file"
+    );
+
+    // From the checkpoint after the first command: the file as it was then.
+    let path = format!(
+        "/agents/{agent}/runs/{}/continue",
+        first["run_id"].as_str().unwrap()
+    );
+    let form = [
+        ("session_id", "travel"),
+        ("stream", "false"),
+        ("continue_from", "3"),
+        ("input", "again\n@bash cat f.txt\n@reply again"),
+    ];
+    let again = post_form_json(&server, &path, &form).await;
+    assert_eq!(again["status"], "COMPLETED", "{again}");
+    let output = tool_output(&again);
+    assert!(
+        output.contains("25-first") && !output.contains("42-second"),
+        "{again}"
+    );
+    server.terminate();
+    let verified = turnstile_ok(&["journal", "verify", "--data-dir", data.to_str().unwrap()]);
+    assert!(!verified.is_empty());
+}
+
+#[tokio::test]
+async fn claude_code_files_travel_with_the_journal_29() {
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeAnthropic::start();
+    files_travel_with_the_journal(
+        "claude",
+        |dir| claude_snapshot_config(dir, &bin, &fake),
+        |marker| fake.last_request_with(marker).conversation_text(),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn codex_files_travel_with_the_journal_29() {
+    let Some(bin) = codex_bin() else { return };
+    let fake = FakeOpenAi::start();
+    files_travel_with_the_journal(
+        "codex",
+        |dir| {
+            codex_config(
+                dir,
+                &bin,
+                &fake,
+                "",
+                "warm_processes = 0\nworkspace = \"session\"",
+            )
+        },
+        |marker| fake.last_request_with(marker).tool_outputs().join("\n"),
+    )
+    .await;
 }
