@@ -166,6 +166,7 @@ fn describe(event: &Event) -> Option<String> {
             match point {
                 SnapshotPoint::ToolCall { tool_call_id } => format!(" after {tool_call_id}"),
                 SnapshotPoint::TurnEnd => " at the turn's end".to_owned(),
+                SnapshotPoint::TurnStart => " before the session's first turn".to_owned(),
                 SnapshotPoint::Rewound {
                     from_run_id,
                     tool_call_id,

@@ -80,6 +80,9 @@ pub enum SnapshotPoint {
         /// The checkpoint's tool call (`None`: the start of that run).
         tool_call_id: Option<String>,
     },
+    /// Before the session's first recorded turn: the files put in its directory before
+    /// it (a first snapshot, so that they are the session's from its start).
+    TurnStart,
 }
 
 /// Whether `path` is one a snapshot may record: relative, `/`-separated, no empty,

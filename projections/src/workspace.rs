@@ -27,6 +27,10 @@ pub struct WorkspaceState {
     pub files: Files,
     /// Each whole content: the sequences of its pieces' records, in order.
     pub contents: HashMap<String, Vec<u64>>,
+    /// Snapshots folded in (none yet: the journal has not recorded the directory, so
+    /// there is nothing to restore).
+    #[serde(default)]
+    pub snapshots: u64,
     /// Contents being recorded: per blob, the next offset and the pieces so far.
     pending: HashMap<String, (u64, Vec<u64>)>,
 }
@@ -39,6 +43,7 @@ impl WorkspaceState {
             next_seq: 0,
             files: Files::new(),
             contents: HashMap::new(),
+            snapshots: 0,
             pending: HashMap::new(),
         }
     }
@@ -72,11 +77,15 @@ impl WorkspaceState {
                     self.contents.entry(digest.clone()).or_insert(seqs);
                 }
             }
-            Event::WorkspaceChanged { changes, .. } => apply_changes(&mut self.files, changes),
+            Event::WorkspaceChanged { changes, .. } => {
+                apply_changes(&mut self.files, changes);
+                self.snapshots += 1;
+            }
             Event::SessionDeleted { .. } => {
                 self.files.clear();
                 self.contents.clear();
                 self.pending.clear();
+                self.snapshots = 0;
             }
             _ => {}
         }
@@ -141,7 +150,8 @@ pub enum FilesAt {
 
 /// The files of a session's workspace at a point of one of its runs, folded from the
 /// session's records (in order, from its first); `None` when the run's records do not
-/// reach that point (an unknown tool call, a run not begun).
+/// reach that point (an unknown tool call, a run not begun), or no snapshot had been
+/// recorded by then (the files were not known).
 pub fn files_at<R: Borrow<Recorded>>(
     records: impl IntoIterator<Item = R>,
     run_id: &RunId,
@@ -150,10 +160,13 @@ pub fn files_at<R: Borrow<Recorded>>(
     let mut files = Files::new();
     let mut armed = false;
     let mut seen_run = false;
+    let mut known = false;
+    let reached = |files: Files, known: bool| known.then_some(files);
     for record in records {
         let event = &record.borrow().event;
         if let Event::SessionDeleted { .. } = event {
             files.clear();
+            known = false;
             continue;
         }
         let ours = event.run_id() == Some(run_id);
@@ -161,7 +174,12 @@ pub fn files_at<R: Borrow<Recorded>>(
         match event {
             Event::WorkspaceChanged { point, changes, .. } => {
                 let stop_before = match at {
-                    FilesAt::RunStart => ours && !matches!(point, SnapshotPoint::Rewound { .. }),
+                    FilesAt::RunStart => {
+                        ours && !matches!(
+                            point,
+                            SnapshotPoint::Rewound { .. } | SnapshotPoint::TurnStart
+                        )
+                    }
                     FilesAt::ToolCall(id) => {
                         armed
                             && !matches!(point, SnapshotPoint::ToolCall { tool_call_id } if ours && tool_call_id == id)
@@ -169,11 +187,12 @@ pub fn files_at<R: Borrow<Recorded>>(
                     FilesAt::RunEnd => false,
                 };
                 if stop_before {
-                    return Some(files);
+                    return reached(files, known);
                 }
                 apply_changes(&mut files, changes);
+                known = true;
                 if armed {
-                    return Some(files);
+                    return reached(files, known);
                 }
             }
             Event::RunEventEmitted {
@@ -181,7 +200,7 @@ pub fn files_at<R: Borrow<Recorded>>(
                 ..
             } if ours => {
                 if armed {
-                    return Some(files);
+                    return reached(files, known);
                 }
                 if let FilesAt::ToolCall(id) = at {
                     armed = &tool.tool_call_id == id;
@@ -190,7 +209,7 @@ pub fn files_at<R: Borrow<Recorded>>(
             event if ours && event.is_terminal() => {
                 return match at {
                     FilesAt::ToolCall(_) if !armed => None,
-                    _ => Some(files),
+                    _ => reached(files, known),
                 };
             }
             _ => {}
@@ -198,7 +217,8 @@ pub fn files_at<R: Borrow<Recorded>>(
     }
     match at {
         FilesAt::ToolCall(_) if !armed => None,
-        _ => seen_run.then_some(files),
+        _ if !seen_run => None,
+        _ => reached(files, known),
     }
 }
 

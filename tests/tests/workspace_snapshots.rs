@@ -421,3 +421,54 @@ async fn two_replicas_on_postgresql_each_with_its_own_cwd_see_the_same_files_29(
     a.terminate();
     b.terminate();
 }
+
+#[tokio::test]
+async fn files_put_in_a_new_sessions_directory_before_its_first_turn_are_its_own_29() {
+    let dir = tempfile::tempdir().unwrap();
+    config(dir.path(), "");
+    // A repository cloned into the session's directory before its first turn.
+    let work = dir.path().join("work/s1");
+    std::fs::create_dir_all(work.join("src")).unwrap();
+    std::fs::write(work.join("src/lib.rs"), "pub fn answer() -> u32 { 42 }").unwrap();
+    let server = start(dir.path());
+    let run = turn(&server, "s1", "/read src/lib.rs\n/write src/lib.rs changed").await;
+    assert_eq!(results(&run)[0], "pub fn answer() -> u32 { 42 }", "{run}");
+    // From the start of that turn: the cloned file as it was, not an empty directory.
+    let replay = continue_run(
+        &server,
+        &run,
+        &[("continue_from", "0"), ("input", "/read src/lib.rs")],
+    )
+    .await;
+    assert_eq!(
+        results(&replay),
+        ["pub fn answer() -> u32 { 42 }"],
+        "{replay}"
+    );
+    server.terminate();
+    std::fs::remove_dir_all(dir.path().join("work")).unwrap();
+    let server = start(dir.path());
+    let again = turn(&server, "s1", "/read src/lib.rs").await;
+    assert_eq!(
+        results(&again),
+        ["pub fn answer() -> u32 { 42 }"],
+        "{again}"
+    );
+    server.terminate();
+    let timeline = turnstile_in_ok(
+        dir.path(),
+        &[
+            "journal",
+            "timeline",
+            "--config",
+            "turnstile.toml",
+            "--session",
+            "s1",
+        ],
+    );
+    assert!(
+        timeline.contains("files before the session's first turn: +src/lib.rs"),
+        "{timeline}"
+    );
+    verify(dir.path());
+}

@@ -56,16 +56,28 @@ impl RunTask {
                 None => Tracker::load(&journal, &session_id, root, bounds)?,
             };
             let rewound = match rewind {
+                // Nothing recorded yet: what is there is the session's from its start
+                // (recorded next), not something to remove.
+                _ if tracker.state.snapshots == 0 => None,
                 None => {
                     tracker.restore(&journal, None)?;
                     None
                 }
                 Some(fork) => {
                     let (at, point) = checkpoint_of(&journal, &fork)?;
-                    let target = files_at(&journal, &session_id, &fork.from_run_id, &at)?;
-                    let changes = workspace::diff(&tracker.state.files, &target);
-                    tracker.restore(&journal, Some(&target))?;
-                    Some((point, changes))
+                    match files_at(&journal, &session_id, &fork.from_run_id, &at)? {
+                        Some(target) => {
+                            let changes = workspace::diff(&tracker.state.files, &target);
+                            tracker.restore(&journal, Some(&target))?;
+                            Some((point, changes))
+                        }
+                        // No snapshot by then (they were turned on later): the files
+                        // of then are not known, and the workspace stays as recorded.
+                        None => {
+                            tracker.restore(&journal, None)?;
+                            None
+                        }
+                    }
                 }
             };
             Ok::<_, String>((tracker, rewound))
@@ -81,7 +93,13 @@ impl RunTask {
                 return Err(error);
             }
         };
+        let first = tracker.state.snapshots == 0;
         work.tracker = Some(tracker);
+        if first {
+            return self
+                .journal_with_snapshot(Vec::new(), SnapshotPoint::TurnStart, records)
+                .await;
+        }
         if let Some((point, changes)) = rewound.filter(|(_, changes)| !changes.is_empty()) {
             let event = Event::WorkspaceChanged {
                 run_id,
@@ -345,20 +363,21 @@ fn checkpoint_of(journal: &Journal, fork: &ForkPoint) -> Result<(FilesAt, Snapsh
     ))
 }
 
-/// The session's files at a point of one of its runs, folded from its records.
+/// The session's files at a point of one of its runs, folded from its records (`None`:
+/// see [`workspace::files_at`]).
 pub(crate) fn files_at(
     journal: &Journal,
     session_id: &SessionId,
     run_id: &RunId,
     at: &FilesAt,
-) -> Result<Files, String> {
+) -> Result<Option<Files>, String> {
     let mut failure = None;
     let records = journal
         .read_session(session_id, Seq(0))
         .map_while(|record| record.map_err(|error| failure = Some(error)).ok());
     let files = workspace::files_at(records, run_id, at);
-    if let Some(error) = failure {
-        return Err(error.to_string());
+    match failure {
+        Some(error) => Err(error.to_string()),
+        None => Ok(files),
     }
-    files.ok_or_else(|| format!("run {run_id} has no such point"))
 }

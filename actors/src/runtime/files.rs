@@ -42,9 +42,10 @@ impl Runtime {
         at: &FilesAt,
     ) -> Result<Option<FileContent>, RuntimeError> {
         let journal = self.journal().clone();
-        let files = match crate::run::files_at(&journal, &run.session_id, &run.run_id, at) {
-            Ok(files) => files,
-            Err(_) => return Ok(None),
+        let files = crate::run::files_at(&journal, &run.session_id, &run.run_id, at)
+            .map_err(|error| RuntimeError::Journal(turnstile_journal::Error::Unavailable(error)))?;
+        let Some(files) = files else {
+            return Ok(None);
         };
         let Some(entry) = files.get(path).cloned() else {
             return Ok(None);

@@ -51,7 +51,9 @@ pub(super) async fn run_files(
                 change: found.change.change.word().to_owned(),
                 tool_call_id: match found.point {
                     SnapshotPoint::ToolCall { tool_call_id } => Some(tool_call_id),
-                    SnapshotPoint::TurnEnd | SnapshotPoint::Rewound { .. } => None,
+                    SnapshotPoint::TurnEnd
+                    | SnapshotPoint::TurnStart
+                    | SnapshotPoint::Rewound { .. } => None,
                 },
             })
             .collect(),
