@@ -15,7 +15,7 @@ use turnstile_journal::{
 use turnstile_projections::{Files, FilesAt, workspace};
 
 use super::RunTask;
-use crate::workspace::capture::{Capture, Captured};
+use crate::workspace::capture::{Captured, Captures};
 use crate::workspace::{Bounds, Tracker};
 
 /// Content bytes journaled in one append at most (two pieces).
@@ -150,30 +150,7 @@ impl RunTask {
             self.set_local(plan.index);
             return self.append_some(events, records).await;
         }
-        let mut stored_now = HashSet::new();
-        for position in 0..plan.changes.len() {
-            let Some(entry) = plan.changes[position].entry.clone() else {
-                continue;
-            };
-            if entry.kind != turnstile_journal::FileKind::File
-                || stored_now.contains(&entry.digest)
-                || self.has_content(&entry.digest)
-            {
-                continue;
-            }
-            let path = plan.changes[position].path.clone();
-            match self.capture(&path, &mut events, records).await? {
-                Some(captured) => {
-                    stored_now.insert(captured.digest.clone());
-                    if captured.digest != entry.digest {
-                        // Changed since the scan: what was read is what is recorded, and
-                        // the next scan reads it again.
-                        fix(&mut plan, position, &captured);
-                    }
-                }
-                None => drop_change(&mut plan, position),
-            }
-        }
+        self.capture_contents(&mut plan, &mut events, records).await?;
         plan.changes.retain(|change| !change.path.is_empty());
         if !plan.changes.is_empty() {
             events.push(Event::WorkspaceChanged {
@@ -191,45 +168,81 @@ impl RunTask {
         Ok(())
     }
 
-    /// Reads one file into content records, appending a group whenever one is full.
-    /// `None`: it cannot be read now (gone, swapped for a link, grown past its bound).
-    async fn capture(
+    /// Reads the changed files whose content the journal lacks into content records,
+    /// a group at a time on a blocking thread, appending each full group. A file that
+    /// cannot be read now (gone, swapped for a link, grown past its bound) is left for
+    /// the next snapshot; one read as other bytes than the scan hashed is recorded as
+    /// read.
+    async fn capture_contents(
         &mut self,
-        path: &str,
+        plan: &mut crate::workspace::Plan,
         events: &mut Vec<Event>,
         records: &mut Vec<std::sync::Arc<turnstile_journal::Recorded>>,
-    ) -> Result<Option<Captured>, String> {
+    ) -> Result<(), String> {
+        let mut queued = HashSet::new();
+        let wanted: Vec<(usize, String)> = plan
+            .changes
+            .iter()
+            .enumerate()
+            .filter_map(|(position, change)| {
+                let entry = change.entry.as_ref()?;
+                let new = entry.kind == turnstile_journal::FileKind::File
+                    && !self.has_content(&entry.digest)
+                    && queued.insert(entry.digest.clone());
+                new.then(|| (position, change.path.clone()))
+            })
+            .collect();
         let work = self.workspace.as_ref().expect("workspace present");
-        let full = work.root.join(path);
-        let max_bytes = work.bounds.max_file_bytes;
-        let run_id = self.identity.run_id.clone();
-        let mut capture = match tokio::task::spawn_blocking(move || {
-            Capture::open(&full, run_id, max_bytes)
-        })
-        .await
-        {
-            Ok(Ok(capture)) => capture,
-            _ => return Ok(None),
-        };
+        let mut queue = Captures::new(
+            work.root.clone(),
+            self.identity.run_id.clone(),
+            work.bounds.max_file_bytes,
+            wanted,
+        );
+        let mut stored_now = HashSet::new();
         loop {
             let read = tokio::task::spawn_blocking(move || {
-                let group = capture.next_group(GROUP_BYTES);
-                (capture, group)
+                let group = queue.next_group(GROUP_BYTES);
+                (queue, group)
             })
-            .await;
-            let Ok((back, group)) = read else {
-                return Ok(None);
-            };
-            capture = back;
-            let Ok((pieces, done)) = group else {
-                return Ok(None);
-            };
+            .await
+            .map_err(|error| error.to_string())?;
+            let (back, (pieces, finished)) = read;
+            queue = back;
             events.extend(pieces);
-            if let Some(captured) = done {
-                return Ok(Some(captured));
+            for (position, captured) in finished {
+                match captured {
+                    Some(captured) => {
+                        if plan.changes[position]
+                            .entry
+                            .as_ref()
+                            .is_some_and(|entry| entry.digest != captured.digest)
+                        {
+                            fix(plan, position, &captured);
+                        }
+                        stored_now.insert(captured.digest);
+                    }
+                    None => drop_change(plan, position),
+                }
+            }
+            if queue.is_done() {
+                break;
             }
             self.append(std::mem::take(events), records).await?;
         }
+        // A file whose content is neither in the journal nor read now (the same content
+        // as one that changed while read) waits for the next snapshot.
+        for position in 0..plan.changes.len() {
+            let missing = plan.changes[position].entry.as_ref().is_some_and(|entry| {
+                entry.kind == turnstile_journal::FileKind::File
+                    && !stored_now.contains(&entry.digest)
+                    && !self.has_content(&entry.digest)
+            });
+            if missing {
+                drop_change(plan, position);
+            }
+        }
+        Ok(())
     }
 
     /// A `workspace_over_limit` warning for paths not named before in this run.

@@ -107,3 +107,83 @@ impl Capture {
         }
     }
 }
+
+/// The files one snapshot reads, in order: groups of pieces across files, so that many
+/// small files cost one blocking call and one append per group, not one per file.
+pub(crate) struct Captures {
+    root: std::path::PathBuf,
+    run_id: RunId,
+    max_bytes: u64,
+    /// (position of the change, path), in order, not begun yet.
+    wanted: std::collections::VecDeque<(usize, String)>,
+    current: Option<(usize, Capture)>,
+}
+
+impl Captures {
+    /// The captures of `wanted` files under `root`.
+    pub(crate) fn new(
+        root: std::path::PathBuf,
+        run_id: RunId,
+        max_bytes: u64,
+        wanted: Vec<(usize, String)>,
+    ) -> Captures {
+        Captures {
+            root,
+            run_id,
+            max_bytes,
+            wanted: wanted.into(),
+            current: None,
+        }
+    }
+
+    /// Whether every file was read.
+    pub(crate) fn is_done(&self) -> bool {
+        self.current.is_none() && self.wanted.is_empty()
+    }
+
+    /// Reads about `group_bytes` of pieces: their records, and each file finished with
+    /// its content (`None`: it could not be read).
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn next_group(
+        &mut self,
+        group_bytes: usize,
+    ) -> (Vec<Event>, Vec<(usize, Option<Captured>)>) {
+        let (mut events, mut finished, mut bytes) = (Vec::new(), Vec::new(), 0usize);
+        while bytes < group_bytes {
+            let (position, mut capture) = match self.current.take() {
+                Some(current) => current,
+                None => {
+                    let Some((position, path)) = self.wanted.pop_front() else {
+                        break;
+                    };
+                    let full = self.root.join(&path);
+                    match Capture::open(&full, self.run_id.clone(), self.max_bytes) {
+                        Ok(capture) => (position, capture),
+                        Err(_) => {
+                            finished.push((position, None));
+                            continue;
+                        }
+                    }
+                }
+            };
+            match capture.next_group(group_bytes - bytes) {
+                Ok((pieces, done)) => {
+                    bytes += pieces
+                        .iter()
+                        .map(|piece| match piece {
+                            Event::WorkspaceContent { bytes, .. } => bytes.len().max(1),
+                            _ => 0,
+                        })
+                        .sum::<usize>();
+                    events.extend(pieces);
+                    match done {
+                        Some(captured) => finished.push((position, Some(captured))),
+                        None => self.current = Some((position, capture)),
+                    }
+                }
+                Err(_) => finished.push((position, None)),
+            }
+        }
+        (events, finished)
+    }
+}
