@@ -167,3 +167,153 @@ fn over_a_bound_a_file_is_left_out_by_name_29() {
     let shrunk = scan(root, &all.index, &few).unwrap();
     assert!(shrunk.changes.is_empty(), "{:?}", shrunk.changes);
 }
+
+/// What an index says of each path, without the times a fresh walk cannot match.
+fn contents(index: &Index) -> Vec<(String, EntryKind, bool, String)> {
+    index
+        .iter()
+        .map(|(path, entry)| {
+            (
+                path.clone(),
+                entry.kind,
+                entry.executable,
+                entry.digest.clone(),
+            )
+        })
+        .collect()
+}
+
+/// The kernel's watch makes a snapshot list only the directories that changed: after
+/// each of many seeded random steps (files written, rewritten with the same size, made
+/// executable, removed; directories made, removed, renamed, moved in from outside;
+/// links; ignored directories), the index kept up by the watched partial scans is the
+/// index a whole walk finds, and the changes it reported take the earlier index to it.
+/// Replay one seed with `WATCH_SEED`.
+#[test]
+fn a_watched_scan_finds_what_a_whole_walk_finds_29() {
+    use rand::{Rng, SeedableRng};
+    use std::collections::BTreeMap;
+    use turnstile_actors::workspace::scan_dirs;
+    use turnstile_actors::workspace::watch::{Dirty, Watch};
+
+    let seeds: Vec<u64> = match std::env::var("WATCH_SEED") {
+        Ok(seed) => vec![seed.parse().unwrap()],
+        Err(_) => (1..=8).collect(),
+    };
+    for seed in seeds {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ws");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        let bounds = bounds();
+        let mut watch = Watch::start(&root, &bounds.ignore).unwrap();
+        let mut index = scan(&root, &Index::new(), &bounds).unwrap().index;
+        let dirs = ["", "a", "a/b", "c", "node_modules", "a/b/d"];
+        let mut partial_scans = 0;
+        for step in 0..150 {
+            let pick = |rng: &mut rand::rngs::StdRng| dirs[rng.random_range(0..dirs.len())];
+            let name = format!("f{}", rng.random_range(0..6));
+            let at = |dir: &str| {
+                if dir.is_empty() {
+                    root.join(&name)
+                } else {
+                    root.join(dir).join(&name)
+                }
+            };
+            match rng.random_range(0..10) {
+                0..=2 => {
+                    let path = at(pick(&mut rng));
+                    let _ = std::fs::create_dir_all(path.parent().unwrap());
+                    let _ = std::fs::write(&path, format!("{step:04}"));
+                }
+                3 => {
+                    let path = at(pick(&mut rng));
+                    let _ = std::fs::remove_file(&path);
+                }
+                4 => {
+                    use std::os::unix::fs::PermissionsExt;
+                    let path = at(pick(&mut rng));
+                    let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755));
+                }
+                5 => {
+                    let _ = std::fs::remove_dir_all(root.join(pick(&mut rng)).join("b"));
+                }
+                6 => {
+                    // A directory renamed within the workspace.
+                    let from = root.join(pick(&mut rng));
+                    let _ =
+                        std::fs::rename(from.join("b"), root.join(format!("moved{}", step % 3)));
+                }
+                7 => {
+                    // A tree made outside and moved in whole.
+                    let tree = outside.join(format!("t{step}"));
+                    std::fs::create_dir_all(tree.join("deep")).unwrap();
+                    std::fs::write(tree.join("deep/x"), format!("{step}")).unwrap();
+                    let _ = std::fs::rename(
+                        &tree,
+                        root.join(pick(&mut rng)).join(format!("in{}", step % 2)),
+                    );
+                }
+                8 => {
+                    let path = at(pick(&mut rng));
+                    let _ = std::fs::create_dir_all(path.parent().unwrap());
+                    let _ = std::fs::remove_file(&path);
+                    let _ = std::os::unix::fs::symlink(format!("../t{step}"), &path);
+                }
+                _ => {
+                    // The same size again, at once (the racy case).
+                    let path = at(pick(&mut rng));
+                    if path.is_file() {
+                        let _ = std::fs::write(&path, format!("{:04}", step + 5000));
+                    }
+                }
+            }
+            if step % 3 != 0 {
+                continue;
+            }
+            let before = index.clone();
+            let found = match watch.take() {
+                Dirty::Dirs(dirty) => {
+                    partial_scans += 1;
+                    scan_dirs(&root, &mut index, &bounds, &dirty)
+                        .unwrap()
+                        .unwrap()
+                }
+                Dirty::All => {
+                    let found = scan(&root, &index, &bounds).unwrap();
+                    index = found.index.clone();
+                    found
+                }
+            };
+            let whole = scan(&root, &Index::new(), &bounds).unwrap().index;
+            assert_eq!(
+                contents(&index),
+                contents(&whole),
+                "seed {seed}, step {step}"
+            );
+            // The reported changes take the earlier index to the new one.
+            let mut applied: BTreeMap<String, _> = before;
+            for change in &found.changes {
+                match &change.entry {
+                    Some(entry) => {
+                        applied.insert(change.path.clone(), entry.clone());
+                    }
+                    None => {
+                        applied.remove(&change.path);
+                    }
+                }
+            }
+            assert_eq!(
+                contents(&applied),
+                contents(&whole),
+                "seed {seed}, step {step}: changes"
+            );
+        }
+        assert!(
+            partial_scans > 40,
+            "seed {seed}: {partial_scans} partial scans"
+        );
+    }
+}

@@ -2,7 +2,9 @@
 //! `workspace = "session"` each session works in `<cwd>/<session_id>/`, so two sessions
 //! never see each other's files; a session id that cannot name a directory is `422`;
 //! `DELETE /sessions/{id}` removes the directory; the scripted harness's file tools
-//! stay inside it (no `..`, no absolute path, never through a symlink). The real binary,
+//! stay inside it (no `..`, no absolute path, never through a symlink). Snapshots are off
+//! here (`snapshot_workspace = false`: the isolation alone), so that a link put in the
+//! directory between turns stays (`workspace_snapshots.rs` has the snapshots). The real binary,
 //! started as a user starts it, with relative paths from its configuration.
 
 use std::path::Path;
@@ -13,7 +15,7 @@ use turnstile_tests::{Server, http_client};
 fn config(dir: &Path) {
     std::fs::write(
         dir.join("turnstile.toml"),
-        "[[agents]]\nid = \"isolated\"\nharness = \"scripted\"\ncwd = \"./work\"\nworkspace = \"session\"\n\n\
+        "[[agents]]\nid = \"isolated\"\nharness = \"scripted\"\ncwd = \"./work\"\nworkspace = \"session\"\nsnapshot_workspace = false\n\n\
          [[agents]]\nid = \"shared\"\nharness = \"scripted\"\ncwd = \"./common\"\n",
     )
     .unwrap();

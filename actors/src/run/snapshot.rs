@@ -128,6 +128,7 @@ impl RunTask {
             return self.append_some(events, records).await;
         };
         let scanned = tokio::task::spawn_blocking(move || {
+            let mut tracker = tracker;
             let plan = tracker.plan();
             (tracker, plan)
         })
@@ -150,7 +151,8 @@ impl RunTask {
             self.set_local(plan.index);
             return self.append_some(events, records).await;
         }
-        self.capture_contents(&mut plan, &mut events, records).await?;
+        self.capture_contents(&mut plan, &mut events, records)
+            .await?;
         plan.changes.retain(|change| !change.path.is_empty());
         if !plan.changes.is_empty() {
             events.push(Event::WorkspaceChanged {

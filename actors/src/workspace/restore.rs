@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use turnstile_journal::{Event, FileEntry, FileKind, Journal, Seq, SessionId};
 use turnstile_projections::{Files, WorkspaceState};
 
-use super::scan::{Bounds, Entry, EntryKind, Index, scan};
+use super::scan::{Entry, EntryKind, Index, Scan};
 
 /// Where a restore reads contents from: the session's journal and its workspace's fold.
 pub(crate) struct Contents<'a> {
@@ -68,14 +68,12 @@ pub struct Restored {
     pub removed: usize,
 }
 
-/// Makes `root` hold exactly `target` (see the module doc), starting from `previous`
-/// (what the last scan or restore of this directory found; empty: every file is read).
-/// Returns the directory's index afterwards.
+/// Makes `root` hold exactly `target` (see the module doc), from `found`, what a scan
+/// found there just before. Returns the directory's index afterwards.
 pub(crate) fn restore(
     root: &Path,
     target: &Files,
-    previous: &Index,
-    bounds: &Bounds,
+    found: Scan,
     contents: &Contents<'_>,
 ) -> Result<(Index, Restored), String> {
     let meta = fs::symlink_metadata(root);
@@ -84,13 +82,8 @@ pub(crate) fn restore(
         Ok(_) => return Err(format!("{} is not a directory", root.display())),
         Err(_) => fs::create_dir_all(root).map_err(|error| error.to_string())?,
     }
-    let found = scan(root, previous, bounds).map_err(|error| error.to_string())?;
-    let left_out: HashSet<&str> = found
-        .left_out
-        .iter()
-        .map(|(path, _)| path.as_str())
-        .collect();
-    let mut index = found.index.clone();
+    let left_out: HashSet<String> = found.left_out.into_iter().map(|(path, _)| path).collect();
+    let mut index = found.index;
     let mut done = Restored::default();
     let extra: Vec<String> = index
         .keys()

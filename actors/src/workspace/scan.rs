@@ -113,6 +113,7 @@ pub fn scan(root: &Path, previous: &Index, bounds: &Bounds) -> std::io::Result<S
         found: Scan::default(),
         bytes: 0,
         kept: 0,
+        recurse: true,
     };
     if root.is_dir() {
         walk.directory(root, "")?;
@@ -135,6 +136,97 @@ pub fn scan(root: &Path, previous: &Index, bounds: &Bounds) -> std::io::Result<S
     Ok(found)
 }
 
+/// Scans only the directories named in `dirty` (relative, `""` for the root; each
+/// without its subdirectories, which are named themselves when they changed) against
+/// `index`, and updates `index` in place. The changes are those of the paths directly
+/// in those directories. `None` (and `index` unchanged) when the workspace would then
+/// be over `max_files` or `max_bytes`: a whole scan decides what a bound leaves out.
+pub fn scan_dirs(
+    root: &Path,
+    index: &mut Index,
+    bounds: &Bounds,
+    dirty: &std::collections::BTreeSet<String>,
+) -> std::io::Result<Option<Scan>> {
+    let started = SystemTime::now();
+    let mut walk = Walk {
+        previous: index,
+        bounds,
+        trusted_before: nanos(started.checked_sub(RACY_WINDOW).unwrap_or(UNIX_EPOCH)),
+        found: Scan::default(),
+        bytes: 0,
+        kept: 0,
+        recurse: false,
+    };
+    for dir in dirty {
+        let full = if dir.is_empty() {
+            root.to_path_buf()
+        } else {
+            root.join(dir)
+        };
+        // A directory gone (or no longer one) has no paths now.
+        if std::fs::symlink_metadata(&full).is_ok_and(|meta| meta.is_dir()) {
+            match walk.directory(&full, dir) {
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                other => other?,
+            }
+        }
+    }
+    let mut found = walk.found;
+    let mut removed = Vec::new();
+    for dir in dirty {
+        for path in children(index, dir) {
+            if !found.index.contains_key(&path) {
+                removed.push(path);
+            }
+        }
+    }
+    let mut total: u64 = index.values().map(|entry| entry.size).sum();
+    let mut files = index.len();
+    for path in &removed {
+        total -= index[path].size;
+        files -= 1;
+    }
+    for (path, entry) in &found.index {
+        match index.get(path) {
+            Some(before) => total = total - before.size + entry.size,
+            None => {
+                files += 1;
+                total += entry.size;
+            }
+        }
+    }
+    if files > bounds.max_files || total > bounds.max_bytes {
+        return Ok(None);
+    }
+    for path in removed {
+        index.remove(&path);
+        found.changes.push(Change {
+            path,
+            kind: ChangeKind::Removed,
+            entry: None,
+        });
+    }
+    index.extend(std::mem::take(&mut found.index));
+    found.changes.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(Some(found))
+}
+
+/// The paths of `index` directly in `dir` (`""`: the root).
+fn children(index: &Index, dir: &str) -> Vec<String> {
+    let prefix = if dir.is_empty() {
+        String::new()
+    } else {
+        format!("{dir}/")
+    };
+    index
+        .range(prefix.clone()..)
+        .map(|(path, _)| path)
+        .take_while(|path| path.starts_with(&prefix))
+        .filter(|path| !path[prefix.len()..].contains('/'))
+        .cloned()
+        .collect()
+}
+
 /// A change a restore would have to make: content, kind or executable bit.
 fn differs(before: &Entry, now: &Entry) -> bool {
     before.kind != now.kind || before.digest != now.digest || before.executable != now.executable
@@ -155,6 +247,8 @@ struct Walk<'a> {
     bytes: u64,
     /// Earlier paths found again.
     kept: usize,
+    /// Into subdirectories (a whole scan), or one directory's own paths.
+    recurse: bool,
 }
 
 impl Walk<'_> {
@@ -173,17 +267,24 @@ impl Walk<'_> {
                 format!("{prefix}/{name}")
             };
             // Never followed: the entry's own type and times (an `fstatat` on the open
-            // directory, cheaper than a whole path's lookup).
-            let meta = entry.metadata()?;
+            // directory, cheaper than a whole path's lookup). One gone since the listing
+            // is not there.
+            let meta = match entry.metadata() {
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+                meta => meta?,
+            };
             let kind = meta.file_type();
             if kind.is_dir() {
-                if !self.bounds.ignore.ignored(&path, true) {
+                if self.recurse && !self.bounds.ignore.ignored(&path, true) {
                     self.directory(&entry.path(), &path)?;
                 }
             } else if (kind.is_file() || kind.is_symlink())
                 && !self.bounds.ignore.ignored(&path, false)
             {
-                self.file(&entry.path(), path, &meta)?;
+                match self.file(&entry.path(), path, &meta) {
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                    other => other?,
+                }
             }
         }
         Ok(())

@@ -13,7 +13,8 @@ use turnstile_journal::{
 use turnstile_projections::{Files, WorkspaceState};
 
 use super::restore::{Contents, Restored, restore};
-use super::scan::{Bounds, ChangeKind, Entry, EntryKind, Index, scan};
+use super::scan::{Bounds, ChangeKind, Entry, EntryKind, Index, Scan, scan, scan_dirs};
+use super::watch::{Dirty, Watch};
 
 /// Records after the stored form, at most, before a run's end stores it again even
 /// though the workspace did not change (so reading it back stays a bounded read).
@@ -34,6 +35,9 @@ pub(crate) struct Tracker {
     pub local: Option<Index>,
     /// `state.next_seq` of the stored form.
     stored_seq: u64,
+    /// The kernel's word on which directories changed (`None`: not watched; each look
+    /// walks the whole directory).
+    watch: Option<Watch>,
     /// The workspace's fold changed since it was stored.
     pub dirty: bool,
 }
@@ -85,6 +89,7 @@ impl Tracker {
             stored_seq,
             state,
             local: None,
+            watch: None,
         })
     }
 
@@ -120,32 +125,55 @@ impl Tracker {
         journal: &Journal,
         target: Option<&Files>,
     ) -> Result<Restored, String> {
-        let previous = self
-            .local
-            .take()
-            .unwrap_or_else(|| index_of(&self.state.files));
+        let found = self.look().map_err(|error| error.to_string())?;
         let contents = Contents {
             journal,
             session_id: &self.session_id,
             state: &self.state,
         };
         let target = target.unwrap_or(&self.state.files);
-        let (index, restored) = restore(&self.root, target, &previous, &self.bounds, &contents)?;
+        let (index, restored) = restore(&self.root, target, found, &contents)?;
         self.local = Some(index);
         Ok(restored)
     }
 
-    /// Scans the directory against what the journal recorded.
-    pub(crate) fn plan(&self) -> std::io::Result<Plan> {
-        let derived;
-        let previous = match &self.local {
-            Some(local) => local,
-            None => {
-                derived = index_of(&self.state.files);
-                &derived
+    /// The directory now, against what this process last saw of it (or, the first
+    /// time, against what the journal recorded): with a watch, only the directories
+    /// the kernel said changed are listed. The index it holds is taken (given back
+    /// with the snapshot that uses it; lost on a failure, and then the next look walks
+    /// everything).
+    fn look(&mut self) -> std::io::Result<Scan> {
+        if let (Some(mut local), Some(watch)) = (self.local.take(), self.watch.as_mut()) {
+            if let Dirty::Dirs(dirty) = watch.take()
+                && let Some(mut found) = scan_dirs(&self.root, &mut local, &self.bounds, &dirty)?
+            {
+                found.index = local;
+                return Ok(found);
             }
-        };
-        let found = scan(&self.root, previous, &self.bounds)?;
+            return scan(&self.root, &local, &self.bounds);
+        }
+        let previous = self
+            .local
+            .take()
+            .unwrap_or_else(|| index_of(&self.state.files));
+        // Watched before the walk: a change during it is seen by the next look (what
+        // a watch had seen before is in the walk).
+        if let Some(watch) = self.watch.as_mut() {
+            watch.take();
+        }
+        if self.watch.is_none() && self.root.is_dir() {
+            self.watch = Watch::start(&self.root, &self.bounds.ignore)
+                .inspect_err(|error| {
+                    tracing::debug!(root = %self.root.display(), %error, "workspace not watched; each snapshot walks it");
+                })
+                .ok();
+        }
+        scan(&self.root, &previous, &self.bounds)
+    }
+
+    /// Scans the directory against what the journal recorded.
+    pub(crate) fn plan(&mut self) -> std::io::Result<Plan> {
+        let found = self.look()?;
         let changes = found
             .changes
             .into_iter()
