@@ -15,6 +15,7 @@
 //! | `@json JSON` | answers through the structured-output tool with JSON |
 //! | `@reply TEXT` | answers TEXT (default `Done.`) |
 //! | `@slow MS` | waits MS between the answer's words (and before the first) |
+//! | `@think MS` | waits MS before each response (a model's time to think) |
 //! | `@error STATUS [xN]` | answers HTTP STATUS (401, 400 context, 400, 429, 529, 500), the first N times only |
 //! | `@usage IN OUT READ WRITE` | reports that usage |
 //!
@@ -241,6 +242,8 @@ struct Turn {
     blocks: Vec<Block>,
     error: Option<(StatusCode, &'static str, String)>,
     delay: Duration,
+    /// Before the whole response.
+    think: Duration,
     usage: (u64, u64, u64, u64),
 }
 
@@ -332,6 +335,7 @@ fn plan(state: &Mutex<State>, body: &Value) -> Turn {
         blocks: Vec::new(),
         error: None,
         delay: Duration::ZERO,
+        think: Duration::ZERO,
         usage: (12, 7, 0, 0),
     };
     let Some((_, prompt)) = prompt_of(body) else {
@@ -395,6 +399,7 @@ fn plan(state: &Mutex<State>, body: &Value) -> Turn {
             "json" => json_answer = Some(serde_json::from_str(rest).unwrap_or(json!({}))),
             "reply" => reply = rest.to_owned(),
             "slow" => turn.delay = Duration::from_millis(rest.parse().unwrap_or(100)),
+            "think" => turn.think = Duration::from_millis(rest.parse().unwrap_or(100)),
             "usage" => {
                 let n: Vec<u64> = rest
                     .split_whitespace()
@@ -494,6 +499,7 @@ async fn stream_turn(
         async move { tx.send(Ok(Frame::data(Bytes::from(frame)))).await.is_ok() }
     };
     let (input, output, read, write) = turn.usage;
+    tokio::time::sleep(turn.think).await;
     if !send(
         "message_start",
         json!({"type": "message_start", "message": {

@@ -15,6 +15,7 @@
 //! | `@reasoning TEXT` | thinks TEXT (a reasoning summary) before answering |
 //! | `@json JSON` | answers the JSON text (structured output) |
 //! | `@slow MS` | waits MS between the answer's words (and before the first) |
+//! | `@think MS` | waits MS before each response (a model's time to think) |
 //! | `@error KIND [xN]` | fails: `401`, `429`, `500`, `503`, `400`, `context`, `quota`; the first N times only |
 //! | `@history` | answers every user message it was sent, one per line (`user: …`), and every tool output (`tool: …`) |
 //!
@@ -203,7 +204,12 @@ enum Answer {
     /// A stream that ends in `response.failed` with this error.
     Failed(Value),
     /// A stream of output items.
-    Items { items: Vec<Item>, delay: Duration },
+    Items {
+        items: Vec<Item>,
+        delay: Duration,
+        /// Before the whole response.
+        think: Duration,
+    },
 }
 
 enum Item {
@@ -273,6 +279,7 @@ fn plan(state: &Mutex<State>, request: &Recorded) -> Answer {
                 "FAKE-SUMMARY: {earlier} earlier messages."
             ))],
             delay: Duration::ZERO,
+            think: Duration::ZERO,
         };
     }
     let acting = prompt
@@ -287,6 +294,7 @@ fn plan(state: &Mutex<State>, request: &Recorded) -> Answer {
     let mut reasoning = None;
     let mut search = None;
     let mut delay = Duration::ZERO;
+    let mut think = Duration::ZERO;
     for line in acting.lines() {
         let Some(directive) = line.trim().strip_prefix('@') else {
             continue;
@@ -303,6 +311,7 @@ fn plan(state: &Mutex<State>, request: &Recorded) -> Answer {
             "reasoning" => reasoning = Some(rest.to_owned()),
             "search" => search = Some(rest.to_owned()),
             "slow" => delay = Duration::from_millis(rest.parse().unwrap_or(100)),
+            "think" => think = Duration::from_millis(rest.parse().unwrap_or(100)),
             "history" => {
                 let mut lines: Vec<String> = request
                     .user_texts()
@@ -371,7 +380,11 @@ fn plan(state: &Mutex<State>, request: &Recorded) -> Answer {
         }
         items.push(Item::Message(reply));
     }
-    Answer::Items { items, delay }
+    Answer::Items {
+        items,
+        delay,
+        think,
+    }
 }
 
 fn error(kind: &str) -> Answer {
@@ -441,6 +454,9 @@ async fn stream(
         let frame = format!("event: {event}\ndata: {data}\n\n");
         async move { tx.send(Ok(Frame::data(Bytes::from(frame)))).await.is_ok() }
     };
+    if let Answer::Items { think, .. } = &answer {
+        tokio::time::sleep(*think).await;
+    }
     let response_id = format!("resp_fake_{}", next_id());
     if !send(json!({"type": "response.created", "response": {"id": response_id}})).await {
         return;
@@ -453,7 +469,7 @@ async fn stream(
             .await;
             return;
         }
-        Answer::Items { items, delay } => (items, delay),
+        Answer::Items { items, delay, .. } => (items, delay),
         Answer::Status(..) => return,
     };
     for (index, item) in items.into_iter().enumerate() {

@@ -167,6 +167,8 @@ fn claude_snapshot_config(dir: &Path, bin: &Path, fake: &FakeAnthropic) -> std::
 /// imported on a second one with an empty cwd, where turn 2 reads the file; then a
 /// continuation of turn 1 from between its two commands reads the first content.
 /// `seen(marker)` is what the model was sent in the request whose prompt holds `marker`.
+/// The model thinks 300 ms before each step, as models do: a CLI cannot be paused, so
+/// the snapshot after a tool call is taken while the model composes its next step.
 async fn files_travel_with_the_journal(
     agent: &str,
     make_config: impl Fn(&Path) -> std::path::PathBuf,
@@ -183,7 +185,7 @@ async fn files_travel_with_the_journal(
         &server,
         agent,
         "travel",
-        "write twice\n@bash echo $((5*5))-first > f.txt\n@bash echo $((6*7))-second > f.txt\n@reply written",
+        "write twice\n@think 300\n@bash echo $((5*5))-first > f.txt\n@bash echo $((6*7))-second > f.txt\n@reply written",
     )
     .await;
     assert_eq!(first["status"], "COMPLETED", "{first}");
