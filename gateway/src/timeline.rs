@@ -160,75 +160,85 @@ fn describe(event: &Event) -> Option<String> {
             run_id,
             point,
             changes,
-        } => format!(
-            "run …{} files{}: {}",
-            short(run_id),
-            match point {
-                SnapshotPoint::ToolCall { tool_call_id } => format!(" after {tool_call_id}"),
-                SnapshotPoint::TurnEnd => " at the turn's end".to_owned(),
-                SnapshotPoint::TurnStart => " before the session's first turn".to_owned(),
-                SnapshotPoint::Rewound {
-                    from_run_id,
-                    tool_call_id,
-                } => format!(
-                    " rewound to run …{}{}",
-                    short(from_run_id),
-                    tool_call_id
-                        .as_ref()
-                        .map(|id| format!(" after {id}"))
-                        .unwrap_or_else(|| "'s start".to_owned())
-                ),
-            },
-            clip(&changed_files(changes), 120)
-        ),
-        Event::RunEventEmitted { run_id, event, .. } => match event {
-            RunEvent::Completed {
-                content, metrics, ..
-            } => format!(
-                "run …{} completed: \"{}\" ({} tokens in, {} out)",
-                short(run_id),
-                clip(content, 60),
-                metrics.input_tokens,
-                metrics.output_tokens
-            ),
-            RunEvent::ToolCallCompleted { tool } => {
-                let tool = &crate::wire::events::tool_json(tool);
-                format!(
-                    "run …{} tool {}({}) → {}{}",
-                    short(run_id),
-                    tool["tool_name"].as_str().unwrap_or("?"),
-                    clip(&tool["tool_args"].to_string(), 50),
-                    clip(tool["result"].as_str().unwrap_or(""), 50),
-                    if tool["tool_call_error"] == true {
-                        " [error]"
-                    } else {
-                        ""
-                    }
-                )
-            }
-            RunEvent::Warning { warning } => {
-                let warning = &crate::wire::events::warning_json(warning);
-                match warning["type"].as_str() {
-                    Some("retry") => format!(
-                        "run …{} retry after attempt {} of {}, in {}s: {}",
-                        short(run_id),
-                        warning["attempt"],
-                        warning["attempts"],
-                        warning["delay"],
-                        clip(warning["message"].as_str().unwrap_or(""), 60)
-                    ),
-                    _ => format!(
-                        "run …{} warning {}: {}",
-                        short(run_id),
-                        warning["type"],
-                        clip(warning["message"].as_str().unwrap_or(""), 80)
-                    ),
-                }
-            }
-            _ => return None,
-        },
+        } => describe_snapshot(run_id, point, changes),
+        Event::RunEventEmitted { run_id, event, .. } => describe_run_event(run_id, event)?,
         Event::TranscriptLineAppended { .. } => return None,
     })
+}
+
+/// What a run event says, or `None` for those the timeline only counts.
+fn describe_run_event(run_id: &RunId, event: &RunEvent) -> Option<String> {
+    Some(match event {
+        RunEvent::Completed {
+            content, metrics, ..
+        } => format!(
+            "run …{} completed: \"{}\" ({} tokens in, {} out)",
+            short(run_id),
+            clip(content, 60),
+            metrics.input_tokens,
+            metrics.output_tokens
+        ),
+        RunEvent::ToolCallCompleted { tool } => {
+            let tool = &crate::wire::events::tool_json(tool);
+            format!(
+                "run …{} tool {}({}) → {}{}",
+                short(run_id),
+                tool["tool_name"].as_str().unwrap_or("?"),
+                clip(&tool["tool_args"].to_string(), 50),
+                clip(tool["result"].as_str().unwrap_or(""), 50),
+                if tool["tool_call_error"] == true {
+                    " [error]"
+                } else {
+                    ""
+                }
+            )
+        }
+        RunEvent::Warning { warning } => {
+            let warning = &crate::wire::events::warning_json(warning);
+            match warning["type"].as_str() {
+                Some("retry") => format!(
+                    "run …{} retry after attempt {} of {}, in {}s: {}",
+                    short(run_id),
+                    warning["attempt"],
+                    warning["attempts"],
+                    warning["delay"],
+                    clip(warning["message"].as_str().unwrap_or(""), 60)
+                ),
+                _ => format!(
+                    "run …{} warning {}: {}",
+                    short(run_id),
+                    warning["type"],
+                    clip(warning["message"].as_str().unwrap_or(""), 80)
+                ),
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// A snapshot's line: when it was taken, and `+added ~modified -removed`.
+fn describe_snapshot(run_id: &RunId, point: &SnapshotPoint, changes: &[FileChange]) -> String {
+    format!(
+        "run …{} files{}: {}",
+        short(run_id),
+        match point {
+            SnapshotPoint::ToolCall { tool_call_id } => format!(" after {tool_call_id}"),
+            SnapshotPoint::TurnEnd => " at the turn's end".to_owned(),
+            SnapshotPoint::TurnStart => " before the session's first turn".to_owned(),
+            SnapshotPoint::Rewound {
+                from_run_id,
+                tool_call_id,
+            } => format!(
+                " rewound to run …{}{}",
+                short(from_run_id),
+                tool_call_id
+                    .as_ref()
+                    .map(|id| format!(" after {id}"))
+                    .unwrap_or_else(|| "'s start".to_owned())
+            ),
+        },
+        clip(&changed_files(changes), 120)
+    )
 }
 
 /// The timeline of a session's records, optionally of one run.

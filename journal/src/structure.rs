@@ -95,16 +95,27 @@ impl Structure {
                 event.kind()
             ));
         }
-        let Some(run_id) = event.run_id() else {
-            return Ok(());
-        };
+        if let Some(broken) = self.workspace(session_id, event) {
+            return Err(format!("session {session_id} sequence {seq}: {broken}"));
+        }
+        match event.run_id() {
+            Some(run_id) => self.run_rules(session_id, seq, run_id, event),
+            None => Ok(()),
+        }
+    }
+
+    /// The rules of a run's lifecycle, for one of its records.
+    fn run_rules(
+        &mut self,
+        session_id: &SessionId,
+        seq: u64,
+        run_id: &RunId,
+        event: &Event,
+    ) -> Result<(), String> {
         let kind = event.kind();
         let at = |rule: &str| {
             format!("session {session_id} sequence {seq}: {kind} of run {run_id} {rule}")
         };
-        if let Some(broken) = self.workspace(session_id, event) {
-            return Err(format!("session {session_id} sequence {seq}: {broken}"));
-        }
         if let Event::RunQueued { .. } = event {
             if self.ended.contains(run_id) || self.open.contains_key(run_id) {
                 return Err(at("queued twice"));

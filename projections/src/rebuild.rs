@@ -104,13 +104,7 @@ pub fn rebuild(
             });
     }
     let mut states: BTreeMap<SessionId, SessionState> = BTreeMap::new();
-    // Only sessions with a stored workspace have theirs folded.
-    let mut workspaces: HashMap<String, WorkspaceState> = checks
-        .iter()
-        .filter(|(_, by_seq)| by_seq.values().flatten().any(|check| check.workspace))
-        .filter_map(|(session, _)| SessionId::parse(session).ok())
-        .map(|session| (session.to_string(), WorkspaceState::new(session)))
-        .collect();
+    let mut workspaces = workspaces_of(&checks);
     for record in journal.read_from(JournalPos(0)) {
         let record = record?;
         report.events += 1;
@@ -178,6 +172,19 @@ fn compare(state: &SessionState, check: &Check, report: &mut RebuildReport) {
     report
         .differences
         .extend(found.into_iter().map(|d| format!("{}: {d}", check.key)));
+}
+
+/// The sessions with a stored workspace, each with its empty fold (only theirs are
+/// folded as workspaces).
+fn workspaces_of(
+    checks: &HashMap<String, BTreeMap<u64, Vec<Check>>>,
+) -> HashMap<String, WorkspaceState> {
+    checks
+        .iter()
+        .filter(|(_, by_seq)| by_seq.values().flatten().any(|check| check.workspace))
+        .filter_map(|(session, _)| SessionId::parse(session).ok())
+        .map(|session| (session.to_string(), WorkspaceState::new(session)))
+        .collect()
 }
 
 /// Compares a stored workspace with its fold at the same sequence.

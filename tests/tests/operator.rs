@@ -353,6 +353,9 @@ replica_id = "replica-a"
 [[agents]]
 id = "scripted"
 harness = "scripted"
+workspace = "session"
+snapshot_workspace = true
+workspace_ignore = ["target/"]
 
 [[agents]]
 id = "claude"

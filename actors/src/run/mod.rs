@@ -14,9 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
-use turnstile_harness::{
-    ErrorKind, Harness, HarnessError, HarnessEvent, ToolsSettled, TurnOutcome, TurnRequest,
-};
+use turnstile_harness::{ErrorKind, Harness, HarnessError, HarnessEvent, TurnOutcome, TurnRequest};
 use turnstile_journal::limits::HARNESS_EVENTS_BUFFERED;
 use turnstile_journal::{
     Event, EventIndex, Expected, Journal, ModelMetrics, Recorded, RunEvent, RunId, RunMetrics,
@@ -30,6 +28,7 @@ mod wire;
 
 pub(crate) use endings::{cancelled_events, failed_events, journal_error_type};
 pub use retry::RetryPolicy;
+use snapshot::Settle;
 pub(crate) use snapshot::{WorkspaceRun, files_at};
 pub use wire::WireEvent;
 pub(crate) use wire::{broadcast_wire, first_wire_index};
@@ -266,14 +265,7 @@ impl RunTask {
     ) -> AttemptEnd {
         let (sender, mut receiver) = mpsc::channel(HARNESS_EVENTS_BUFFERED);
         let mut request = self.request.clone();
-        // With snapshots on, a harness that can wait lets each tool call's snapshot be
-        // taken before its next call runs.
-        let settle = self.workspace.is_some().then(|| {
-            let (settle, settled) = ToolsSettled::channel();
-            request.settled = Some(settled);
-            settle
-        });
-        let mut settled_calls = 0u64;
+        let mut settle = Settle::new(self.workspace.is_some(), &mut request);
         let mut turn = self.harness.run_turn(request, sender, self.cancel.clone());
         let mut result: Option<Result<TurnOutcome, HarnessError>> = None;
         let mut journal_error: Option<String> = None;
@@ -298,16 +290,9 @@ impl RunTask {
                     closed = drain(&mut receiver, &mut batch);
                 }
             }
-            let last_call = batch.iter().rev().find_map(|event| match event {
-                HarnessEvent::ToolCallCompleted { tool } => Some(tool.tool_call_id.clone()),
-                _ => None,
-            });
-            settled_calls += batch
-                .iter()
-                .filter(|event| matches!(event, HarnessEvent::ToolCallCompleted { .. }))
-                .count() as u64;
+            let last_call = settle.count(&batch);
             if journal_error.is_some() {
-                settle_calls(settle.as_ref(), u64::MAX);
+                settle.release();
                 continue;
             }
             let mut events = Vec::with_capacity(batch.len());
@@ -330,12 +315,12 @@ impl RunTask {
                 }
                 None => self.append(events, records).await,
             };
-            settle_calls(settle.as_ref(), settled_calls);
+            settle.tell();
             if let Err(error) = journaled {
                 // The turn cannot be recorded, so it must not go on unrecorded.
                 tracing::error!(run_id = %self.identity.run_id, %error, "journal append failed");
                 journal_error = Some(error);
-                settle_calls(settle.as_ref(), u64::MAX);
+                settle.release();
                 self.cancel.cancel();
             }
         }
@@ -343,12 +328,8 @@ impl RunTask {
             Some(result) => result,
             None => turn.await,
         };
-        if journal_error.is_none()
-            && let Err(error) = self
-                .journal_with_snapshot(Vec::new(), SnapshotPoint::TurnEnd, records)
-                .await
-        {
-            journal_error = Some(error);
+        if journal_error.is_none() {
+            journal_error = self.snapshot_turn_end(records).await.err();
         }
         match journal_error {
             Some(error) => AttemptEnd::Journal(error),
@@ -557,13 +538,6 @@ impl RunTask {
             self.next_index = index;
         }
         Err(failure)
-    }
-}
-
-/// Tells a waiting harness how many of its tool calls have their snapshot.
-fn settle_calls(settle: Option<&tokio::sync::watch::Sender<u64>>, calls: u64) {
-    if let Some(settle) = settle {
-        settle.send_replace(calls);
     }
 }
 

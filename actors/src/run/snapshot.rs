@@ -36,6 +36,52 @@ pub(crate) struct WorkspaceRun {
     pub broken: bool,
 }
 
+/// How a harness that can wait learns that its tool calls' snapshots are taken (see
+/// [`turnstile_harness::ToolsSettled`]): the calls of this attempt counted as their
+/// batches arrive, told once each batch is journaled.
+pub(super) struct Settle {
+    sender: Option<tokio::sync::watch::Sender<u64>>,
+    calls: u64,
+}
+
+impl Settle {
+    /// With snapshots on, the harness of `request` waits for them.
+    pub(super) fn new(snapshots: bool, request: &mut turnstile_harness::TurnRequest) -> Settle {
+        let sender = snapshots.then(|| {
+            let (sender, settled) = turnstile_harness::ToolsSettled::channel();
+            request.settled = Some(settled);
+            sender
+        });
+        Settle { sender, calls: 0 }
+    }
+
+    /// Counts a batch's completed calls; the last one's id, if any.
+    pub(super) fn count(&mut self, batch: &[turnstile_harness::HarnessEvent]) -> Option<String> {
+        let mut last = None;
+        for event in batch {
+            if let turnstile_harness::HarnessEvent::ToolCallCompleted { tool } = event {
+                self.calls += 1;
+                last = Some(tool.tool_call_id.clone());
+            }
+        }
+        last
+    }
+
+    /// The calls counted so far have their snapshots.
+    pub(super) fn tell(&self) {
+        if let Some(sender) = &self.sender {
+            sender.send_replace(self.calls);
+        }
+    }
+
+    /// No snapshot will follow (the attempt cannot be journaled): nothing waits.
+    pub(super) fn release(&self) {
+        if let Some(sender) = &self.sender {
+            sender.send_replace(u64::MAX);
+        }
+    }
+}
+
 impl RunTask {
     /// Makes the directory match the journal before the turn (see the module doc).
     pub(super) async fn prepare_workspace(
@@ -109,6 +155,15 @@ impl RunTask {
             self.append(vec![event], records).await?;
         }
         Ok(())
+    }
+
+    /// The snapshot at the end of an attempt (with whatever events are held).
+    pub(super) async fn snapshot_turn_end(
+        &mut self,
+        records: &mut Vec<std::sync::Arc<turnstile_journal::Recorded>>,
+    ) -> Result<(), String> {
+        self.journal_with_snapshot(Vec::new(), SnapshotPoint::TurnEnd, records)
+            .await
     }
 
     /// Journals `events` and, with snapshots on, what changed in the workspace since

@@ -102,16 +102,6 @@ impl SessionActor {
             self.harness_session_for(&run, head.resume, &mut events);
         let output_schema = output_schema_of(&run);
         let workdir = workdir_of(&agent, &self.session_id);
-        let fallback_prompt = self.fallback_prompt(&run);
-        let workspace = agent.snapshots.clone().map(|bounds| WorkspaceRun {
-            tracker: self.workspace.take(),
-            root: workdir.clone(),
-            bounds,
-            // A continuation's rewind is journaled with its start: not again on a resume.
-            rewind: run.fork.clone().filter(|_| !head.resume),
-            warned: Default::default(),
-            broken: false,
-        });
         let task = RunTask {
             identity,
             journal: self.shared.journal.clone(),
@@ -127,7 +117,7 @@ impl SessionActor {
                 harness_session_id,
                 transcript,
                 output_schema: output_schema.as_ref().map(|schema| schema.to_string()),
-                cwd: Some(workdir),
+                cwd: Some(workdir.clone()),
                 settled: None,
             },
             policy: agent.retry,
@@ -135,7 +125,7 @@ impl SessionActor {
             live: live.clone(),
             next_index,
             slot,
-            fallback_prompt,
+            fallback_prompt: self.fallback_prompt(&run),
             model: model_of(&agent),
             output_schema: output_schema.clone(),
             staging_error: staging.err(),
@@ -148,7 +138,7 @@ impl SessionActor {
             },
             journal_failed: false,
             fenced: false,
-            workspace,
+            workspace: self.workspace_run(&agent, &run, head.resume, &workdir),
         };
         let address = ctx.address();
         actix::spawn(async move {
@@ -156,6 +146,26 @@ impl SessionActor {
             // `do_send` ignores the mailbox bound: the end of a run is never dropped.
             address.do_send(RunFinishedMsg(finished));
         });
+    }
+
+    /// The session's workspace lent to a turn, with snapshots on.
+    fn workspace_run(
+        &mut self,
+        agent: &AgentSpec,
+        run: &RunView,
+        resume: bool,
+        workdir: &std::path::Path,
+    ) -> Option<WorkspaceRun> {
+        let bounds = agent.snapshots.clone()?;
+        Some(WorkspaceRun {
+            tracker: self.workspace.take(),
+            root: workdir.to_path_buf(),
+            bounds,
+            // A continuation's rewind is journaled with its start: not again on a resume.
+            rewind: run.fork.clone().filter(|_| !resume),
+            warned: Default::default(),
+            broken: false,
+        })
     }
 
     /// The events a turn starts with, journaled with its first harness events: its

@@ -292,10 +292,9 @@ impl Walk<'_> {
 
     fn file(&mut self, full: &Path, path: String, meta: &std::fs::Metadata) -> std::io::Result<()> {
         let symlink = meta.file_type().is_symlink();
-        let target = if symlink {
-            Some(std::fs::read_link(full)?.to_string_lossy().into_owned())
-        } else {
-            None
+        let target = match symlink {
+            true => Some(std::fs::read_link(full)?.to_string_lossy().into_owned()),
+            false => None,
         };
         let size = match &target {
             Some(target) => target.len() as u64,
