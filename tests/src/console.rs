@@ -225,6 +225,51 @@ pub fn console_tokens_run(shots: &Path) {
     );
 }
 
+/// A run's changed files and their diffs in the console (issue 29): a session of an agent
+/// with `workspace = "session"` whose second run rewrote, removed and added files.
+pub fn console_files_run(shots: &Path) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("turnstile.toml");
+    std::fs::write(
+        &config,
+        "[[agents]]\nid = \"coder\"\nharness = \"scripted\"\nworkspace = \"session\"\n",
+    )
+    .unwrap();
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let run_id = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let mut run_id = String::new();
+        for message in [
+            "/write notes.md one\\ntwo\\nthree\n/write gone.txt bye",
+            "/write notes.md one\\n2\\nthree\\nfour\n/rm gone.txt\n/write new.txt hi",
+        ] {
+            let response = http_client()
+                .post(server.url("/agents/coder/runs"))
+                .form(&[
+                    ("message", message),
+                    ("session_id", "notes"),
+                    ("stream", "false"),
+                ])
+                .send()
+                .await
+                .unwrap();
+            assert!(response.status().is_success(), "{}", response.status());
+            let run: serde_json::Value = response.json().await.unwrap();
+            run_id = run["run_id"].as_str().unwrap().to_owned();
+        }
+        run_id
+    });
+    drive(
+        &server,
+        "files.cjs",
+        &[&format!("coder/{run_id}")],
+        shots,
+        "console files: all checks passed",
+    );
+}
+
 /// Runs `tests/console/<script> BASE ARGS… SHOTS` in node; it must exit 0 and say
 /// `passed`.
 fn drive(server: &Server, script: &str, args: &[&str], shots: &Path, passed: &str) {

@@ -23,7 +23,8 @@ use utoipa::IntoParams;
 pub(super) struct FileQuery {
     /// The run's session; a run of another session is 404.
     pub(super) session_id: Option<String>,
-    /// A tool call of the run: the file as recorded after it (default: at the run's end).
+    /// A tool call of the run: the file as recorded after it; `start`: when the run began
+    /// (default: at the run's end).
     pub(super) at: Option<String>,
 }
 
@@ -49,6 +50,13 @@ pub(super) async fn run_files(
                 digest: found.change.entry.map(|entry| entry.digest),
                 path: found.change.path,
                 change: found.change.change.word().to_owned(),
+                point: match &found.point {
+                    SnapshotPoint::ToolCall { .. } => "tool_call",
+                    SnapshotPoint::TurnEnd => "turn_end",
+                    SnapshotPoint::TurnStart => "turn_start",
+                    SnapshotPoint::Rewound { .. } => "rewound",
+                }
+                .to_owned(),
                 tool_call_id: match found.point {
                     SnapshotPoint::ToolCall { tool_call_id } => Some(tool_call_id),
                     SnapshotPoint::TurnEnd
@@ -74,6 +82,7 @@ pub(super) async fn run_file(
     let agent = find_agent(&state.runtime, &agent_id)?;
     let view = find_run(&state, &caller, agent, &run_id, query.session_id.as_deref())?;
     let at = match query.at {
+        Some(start) if start == "start" => FilesAt::RunStart,
         Some(tool_call_id) => {
             if !view
                 .tools

@@ -311,6 +311,77 @@ function describe(event) {
   return event.event;
 }
 
+// ---- a run's files -------------------------------------------------------------
+
+// The lines of `before` and `after` as a diff: each line with "+", "-" or " ", by their
+// longest common subsequence (for files of at most 2,000 lines each).
+function lineDiff(before, after) {
+  const a = before.split("\n");
+  const b = after.split("\n");
+  if (a.length > 2000 || b.length > 2000) return null;
+  const common = Array.from({ length: a.length + 1 }, () => new Uint16Array(b.length + 1));
+  for (let i = a.length - 1; i >= 0; i--) {
+    for (let j = b.length - 1; j >= 0; j--) {
+      common[i][j] = a[i] === b[j] ? common[i + 1][j + 1] + 1 : Math.max(common[i + 1][j], common[i][j + 1]);
+    }
+  }
+  const lines = [];
+  let i = 0;
+  let j = 0;
+  while (i < a.length || j < b.length) {
+    if (i < a.length && j < b.length && a[i] === b[j]) { lines.push([" ", a[i]]); i++; j++; }
+    else if (j < b.length && (i === a.length || common[i][j + 1] >= common[i + 1][j])) { lines.push(["+", b[j]]); j++; }
+    else { lines.push(["-", a[i]]); i++; }
+  }
+  return lines;
+}
+
+// A file's text as recorded at a point of the run (`null`: absent then, or not text).
+async function fileText(base, path, at) {
+  const query = at ? `?at=${encodeURIComponent(at)}` : "";
+  const response = await fetch(`${base}/files/${path.split("/").map(encodeURIComponent).join("/")}${query}`, { headers: headers() });
+  if (response.status === 404) return "";
+  if (!response.ok) return null;
+  const bytes = new Uint8Array(await response.arrayBuffer());
+  if (bytes.length > 256 * 1024) return null;
+  try { return new TextDecoder("utf-8", { fatal: true }).decode(bytes); } catch (_) { return null; }
+}
+
+// The files a run changed in its session's workspace, each with its diff (text files).
+async function fillFiles(section, agent, runId) {
+  const base = `/agents/${encodeURIComponent(agent)}/runs/${encodeURIComponent(runId)}`;
+  const changes = await api(`${base}/files`).catch(() => []);
+  if (!changes.length) { section.replaceChildren(); return; }
+  // Where each change's "after" is read, and the point before it for the same path.
+  const lastPoint = new Map();
+  const items = [];
+  for (const change of changes) {
+    const at = change.tool_call_id || (change.point === "turn_end" ? null : "start");
+    const before = lastPoint.has(change.path) ? lastPoint.get(change.path) : "start";
+    lastPoint.set(change.path, at);
+    const sign = { added: "+", modified: "~", removed: "-" }[change.change] || "?";
+    const detail = el("details", { class: "file", "data-path": change.path, "data-change": change.change },
+      el("summary", {}, `${sign} ${change.path}`, " ",
+        el("span", { class: "pos" }, change.size === null ? "removed" : `${change.size} bytes`),
+        change.tool_call_id ? el("span", { class: "pos" }, ` after ${change.tool_call_id}`) : ""));
+    detail.addEventListener("toggle", async () => {
+      if (!detail.open || detail.dataset.loaded) return;
+      detail.dataset.loaded = "1";
+      const [old, now] = await Promise.all([
+        change.change === "added" ? "" : fileText(base, change.path, before),
+        change.change === "removed" ? "" : fileText(base, change.path, at),
+      ]);
+      const lines = old === null || now === null ? null : lineDiff(old, now);
+      detail.append(lines === null
+        ? el("p", { class: "item" }, `binary or large: sha256 ${change.digest || "—"}`)
+        : el("pre", { class: "diff" }, lines.map(([mark, text]) =>
+          el("span", { class: mark === "+" ? "added" : mark === "-" ? "removed" : "same" }, `${mark} ${text}\n`))));
+    });
+    items.push(detail);
+  }
+  section.replaceChildren(el("h2", {}, `Files (${changes.length} changes)`), ...items);
+}
+
 async function runPage(agent, runId) {
   const run = await api(`/agents/${encodeURIComponent(agent)}/runs/${encodeURIComponent(runId)}`);
   const stored = `turnstile-run-${runId}`;
@@ -326,6 +397,8 @@ async function runPage(agent, runId) {
     catch (error) { showError(error); }
   } }, "Cancel run");
   const input = el("input", { id: "continue-input", value: "", placeholder: "message", "aria-label": "Message to continue with" });
+  const files = el("section", { id: "files", "aria-live": "polite" });
+  fillFiles(files, agent, runId);
   main.replaceChildren(
     el("h1", {}, "Run ", el("code", {}, runId)),
     el("p", {}, "status ", statusNode, " · session ", el("a", { href: `#/session/${encodeURIComponent(run.session_id)}` }, run.session_id)),
@@ -339,6 +412,7 @@ async function runPage(agent, runId) {
           location.hash = `#/run/${encodeURIComponent(agent)}/${encodeURIComponent(started.run_id)}`;
         } catch (error) { showError(error); }
       } }, "Continue from the end")),
+    files,
     list);
   // Re-attach after the events already shown (kept in this tab across reloads).
   const last = seen.length ? seen[seen.length - 1].index : null;
@@ -381,7 +455,7 @@ async function runPage(agent, runId) {
       sessionStorage.setItem(stored, JSON.stringify(seen.slice(-500)));
       add(event);
       const terminal = { RunCompleted: "COMPLETED", RunError: "ERROR", RunCancelled: "CANCELLED" }[data.event];
-      if (terminal) showStatus(terminal);
+      if (terminal) { showStatus(terminal); fillFiles(files, agent, runId); }
     }
   }
 }

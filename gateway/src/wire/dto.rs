@@ -328,6 +328,9 @@ pub struct FileChanged {
     /// The tool call after which it was recorded; none at the end of the turn, or for a
     /// continuation's rewind.
     pub tool_call_id: Option<String>,
+    /// When it was recorded: `tool_call`, `turn_end`, `turn_start` (what was there before
+    /// the session's first turn) or `rewound` (a continuation's checkpoint).
+    pub point: String,
 }
 
 /// `GET …/checkpoints`.
