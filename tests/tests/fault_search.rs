@@ -1,7 +1,8 @@
 //! The fault search (issue 27), in the spirit of TigerBeetle's VOPR: a seeded random
 //! workload through the embedding API (many sessions; background and streamed runs with
 //! tool calls, transient failures and retries, cancels, continues from checkpoints,
-//! compactions, deletes, passivation) on a journal whose appends fail at random (refused
+//! compactions, deletes, passivation; each session's files written and removed, snapshotted
+//! into the journal and restored) on a journal whose appends fail at random (refused
 //! whole; written but answered as failed; answered late) and whose runtime "crashes"
 //! at random (from an instant on, nothing more is written; the runtime is stopped and
 //! the data directory opened again). After every crash and at the end the invariants of
@@ -34,10 +35,10 @@ const SESSIONS: usize = 5;
 const OPERATIONS: usize = 120;
 const MESSAGES: [&str; 6] = [
     "/tool Read {}\n/reply read",
-    "/sleep 20\n/tool Write {}\n/tool Bash {}\n/reply wrote",
+    "/sleep 20\n/write notes/a.txt wrote\n/tool Bash {}\n/reply wrote",
     "hello",
     "/fail transient 1\n/tool Grep {}\n/reply retried",
-    "/tool Bash {}\n/sleep 15\n/tool Read {}",
+    "/tool Bash {}\n/sleep 15\n/rm notes/a.txt\n/write b.txt b",
     "/sleep 40\n/reply slow",
 ];
 
@@ -161,11 +162,25 @@ impl Search {
         self.plan = Plan::new(self.seed, self.epoch, quiet);
         faults::install(&self.place, self.plan.clone());
         let config = || {
-            let mut config = self.store.config(vec![scripted_agent(RetryPolicy {
+            let mut agent = scripted_agent(RetryPolicy {
                 retries: 1,
                 delay_between_retries_s: 0.01,
                 exponential_backoff: false,
-            })]);
+            });
+            // Each session's files travel with its journal (issue 29): snapshots are
+            // appended with the turns, under the same faults.
+            agent.cwd = self.store.path().join("work");
+            agent.workspace = turnstile_actors::Workspace::Session;
+            agent.snapshots = Some(turnstile_actors::workspace::Bounds {
+                max_bytes: 1 << 20,
+                max_file_bytes: 64 << 10,
+                max_files: 100,
+                ignore: turnstile_actors::workspace::Ignore::new(
+                    &turnstile_actors::workspace::DEFAULT_IGNORE,
+                )
+                .unwrap(),
+            });
+            let mut config = self.store.config(vec![agent]);
             config.max_concurrent_runs = 3;
             config.session_idle = Duration::from_millis(150);
             if let turnstile_journal::JournalConfig::Postgres(postgres) = &mut config.journal {
