@@ -83,6 +83,9 @@ fn one() -> f64 {
     1.0
 }
 
+/// Where attachments are staged in a workspace (`uploads.rs`): never captured or removed.
+const UPLOADS: &str = ".turnstile/uploads/";
+
 fn max_bytes() -> u64 {
     1 << 30
 }
@@ -133,8 +136,13 @@ impl AgentConfig {
         if !on {
             return Ok(None);
         }
+        // Where attachments are staged is the runtime's own, whatever the list says.
         let ignore = match &self.workspace_ignore {
-            Some(patterns) => Ignore::new(patterns),
+            Some(patterns) => {
+                let mut patterns = patterns.clone();
+                patterns.push(UPLOADS.to_owned());
+                Ignore::new(&patterns)
+            }
             None => Ignore::new(&DEFAULT_IGNORE),
         }
         .map_err(invalid)?;
