@@ -472,3 +472,53 @@ async fn files_put_in_a_new_sessions_directory_before_its_first_turn_are_its_own
     );
     verify(dir.path());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_large_file_is_journaled_in_pieces_and_restored_whole_29() {
+    let dir = tempfile::tempdir().unwrap();
+    config(dir.path(), "");
+    let server = start(dir.path());
+    let url = server.url("/agents/coder/runs");
+    let in_flight = tokio::spawn(async move {
+        let response = http_client()
+            .post(url)
+            .form(&[
+                ("message", "/write small.txt s\n/sleep 1500"),
+                ("session_id", "big"),
+                ("stream", "false"),
+            ])
+            .send()
+            .await
+            .unwrap();
+        response.json::<Value>().await.unwrap()
+    });
+    // 3 MiB and a bit, not a multiple of the piece size, made while the turn runs.
+    let work = dir.path().join("work/big");
+    turnstile_tests::wait_until(
+        "the session's directory",
+        std::time::Duration::from_secs(10),
+        || work.join("small.txt").exists(),
+    );
+    let bytes: Vec<u8> = (0..3 * 1024 * 1024 + 12345)
+        .map(|n: u32| (n.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    std::fs::write(work.join("data.bin"), &bytes).unwrap();
+    let run = in_flight.await.unwrap();
+    assert_eq!(run["status"], "COMPLETED", "{run}");
+    let run_id = run["run_id"].as_str().unwrap();
+    let response = http_client()
+        .get(server.url(&format!("/agents/coder/runs/{run_id}/files/data.bin")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.bytes().await.unwrap().as_ref(), bytes.as_slice());
+    server.terminate();
+
+    std::fs::remove_dir_all(dir.path().join("work")).unwrap();
+    let server = start(dir.path());
+    turn(&server, "big", "/reply back").await;
+    assert_eq!(std::fs::read(work.join("data.bin")).unwrap(), bytes);
+    server.terminate();
+    verify(dir.path());
+}

@@ -2,8 +2,9 @@
 //! directory is made to match the journal (or, for a continuation, put back as it was
 //! at the checkpoint it continues from, the rewind journaled); after each batch of
 //! harness events with a completed tool call, and at the end of each attempt, what
-//! changed is journaled: the new contents a group of pieces at a time, then one
-//! `WorkspaceChanged`. The tracker's fold follows only what was durably appended; an
+//! changed is journaled: the new contents a group of pieces at a time, then the batch's
+//! own events (the call's result in the transcript) with the last pieces and one
+//! `WorkspaceChanged`, in one append. The tracker's fold follows only what was durably appended; an
 //! append that fails leaves it to be read again from the journal.
 
 use std::collections::HashSet;
@@ -257,6 +258,7 @@ impl RunTask {
             wanted,
         );
         let mut stored_now = HashSet::new();
+        let mut pieces = Vec::new();
         loop {
             let read = tokio::task::spawn_blocking(move || {
                 let group = queue.next_group(GROUP_BYTES);
@@ -264,9 +266,9 @@ impl RunTask {
             })
             .await
             .map_err(|error| error.to_string())?;
-            let (back, (pieces, finished)) = read;
+            let (back, (group, finished)) = read;
             queue = back;
-            events.extend(pieces);
+            pieces.extend(group);
             for (position, captured) in finished {
                 match captured {
                     Some(captured) => {
@@ -285,8 +287,12 @@ impl RunTask {
             if queue.is_done() {
                 break;
             }
-            self.append(std::mem::take(events), records).await?;
+            self.append_pieces(std::mem::take(&mut pieces), records)
+                .await?;
         }
+        // The last pieces go with the harness's events and the snapshot: what the
+        // transcript says was done and the files it left are durable together.
+        events.extend(pieces);
         // A file whose content is neither in the journal nor read now (the same content
         // as one that changed while read) waits for the next snapshot.
         for position in 0..plan.changes.len() {
@@ -300,6 +306,19 @@ impl RunTask {
             }
         }
         Ok(())
+    }
+
+    /// Appends content pieces alone (the held start events wait for the snapshot's own
+    /// append): pieces without the snapshot that names them are ignored by every fold.
+    async fn append_pieces(
+        &mut self,
+        pieces: Vec<Event>,
+        records: &mut Vec<std::sync::Arc<turnstile_journal::Recorded>>,
+    ) -> Result<(), String> {
+        let held = std::mem::take(&mut self.start_events);
+        let appended = self.append(pieces, records).await;
+        self.start_events = held;
+        appended
     }
 
     /// A `workspace_over_limit` warning for paths not named before in this run.
