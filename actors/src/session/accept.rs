@@ -284,14 +284,19 @@ impl Handler<CancelRunMsg> for SessionActor {
         else {
             return Ok(false);
         };
+        let index = match self.state.run(&run_id) {
+            Some(run) => EventIndex(run.event_count),
+            // Accepted but not folded yet (a record before it is still on its way
+            // here): a run that never started has no event yet. Dropped from the queue
+            // without an end, it was left open with no one to run it (the fault search).
+            None if !self.queue[position].resume => EventIndex(0),
+            None => return Ok(false),
+        };
         // A queued run ends here and never reaches its harness.
         self.queue.remove(position);
         self.shared.queued.fetch_sub(1, Ordering::SeqCst);
-        let Some(run) = self.state.run(&run_id).cloned() else {
-            return Ok(false);
-        };
         let identity = self.identity(&run_id);
-        let terminal = cancelled_events(&identity, EventIndex(run.event_count));
+        let terminal = cancelled_events(&identity, index);
         self.end_run(run_id, terminal, None, ctx);
         Ok(true)
     }

@@ -16,6 +16,9 @@ use turnstile_harness::TurnRequest;
 use turnstile_journal::{Event, EventIndex, RunEvent, RunId, Warning};
 use turnstile_projections::RunView;
 
+/// How soon a head whose acceptance is not folded yet is elected again.
+const RETRY_ELECTION: std::time::Duration = std::time::Duration::from_millis(2);
+
 impl SessionActor {
     /// The run the session is busy with: the one running, else the head of the queue.
     /// What a new turn would wait for. A run whose end is being journaled does not
@@ -73,13 +76,28 @@ impl SessionActor {
         slot: tokio::sync::OwnedSemaphorePermit,
         ctx: &mut Context<Self>,
     ) {
-        // The head may have been cancelled while it waited for the slot.
+        // The head may have been cancelled while it waited for the slot, and the one now
+        // at the front may not be durable yet (its acceptance elects it once it is).
+        if !self.queue.front().is_some_and(|head| head.durable) {
+            return;
+        }
         let Some(head) = self.queue.pop_front() else {
             return;
         };
         self.shared.queued.fetch_sub(1, Ordering::SeqCst);
         self.last_active = Instant::now();
         let Some(run) = self.state.run(&head.run_id).cloned() else {
+            if !self.unfolded.is_empty() {
+                // Its acceptance is durable but not folded yet (a record before it is
+                // still on its way here): it keeps its place and is elected again soon.
+                // Dropped, it was left open in the journal with no one to run it, and a
+                // deletion could pass it (found by the fault search).
+                self.queue.push_front(head);
+                self.shared.queued.fetch_add(1, Ordering::SeqCst);
+                drop(slot);
+                ctx.run_later(RETRY_ELECTION, |actor, ctx| actor.pump(ctx));
+                return;
+            }
             tracing::error!(run_id = %head.run_id, "queued run missing from the session state");
             return self.pump(ctx);
         };
