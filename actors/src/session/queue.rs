@@ -71,35 +71,41 @@ impl SessionActor {
         );
     }
 
-    pub(super) fn start_head(
-        &mut self,
-        slot: tokio::sync::OwnedSemaphorePermit,
-        ctx: &mut Context<Self>,
-    ) {
-        // The head may have been cancelled while it waited for the slot, and the one now
-        // at the front may not be durable yet (its acceptance elects it once it is).
+    /// The head to start with its run, when it may start now: the head may have been
+    /// cancelled while it waited for the slot, and the one now at the front may not be
+    /// durable yet (its acceptance elects it once it is).
+    fn take_head(&mut self, ctx: &mut Context<Self>) -> Option<(super::Queued, RunView)> {
         if !self.queue.front().is_some_and(|head| head.durable) {
-            return;
+            return None;
         }
-        let Some(head) = self.queue.pop_front() else {
-            return;
-        };
+        let head = self.queue.pop_front()?;
         self.shared.queued.fetch_sub(1, Ordering::SeqCst);
         self.last_active = Instant::now();
         let Some(run) = self.state.run(&head.run_id).cloned() else {
             if !self.unfolded.is_empty() {
                 // Its acceptance is durable but not folded yet (a record before it is
-                // still on its way here): it keeps its place and is elected again soon.
-                // Dropped, it was left open in the journal with no one to run it, and a
-                // deletion could pass it (found by the fault search).
+                // still on its way here): it keeps its place and is elected again soon
+                // (the slot is given back when the election returns). Dropped, it was left open in the journal with
+                // no one to run it, and a deletion could pass it (found by the fault search).
                 self.queue.push_front(head);
                 self.shared.queued.fetch_add(1, Ordering::SeqCst);
-                drop(slot);
                 ctx.run_later(RETRY_ELECTION, |actor, ctx| actor.pump(ctx));
-                return;
+                return None;
             }
             tracing::error!(run_id = %head.run_id, "queued run missing from the session state");
-            return self.pump(ctx);
+            self.pump(ctx);
+            return None;
+        };
+        Some((head, run))
+    }
+
+    pub(super) fn start_head(
+        &mut self,
+        slot: tokio::sync::OwnedSemaphorePermit,
+        ctx: &mut Context<Self>,
+    ) {
+        let Some((head, run)) = self.take_head(ctx) else {
+            return;
         };
         let identity = self.identity(&run.run_id);
         let Some(agent) = self.shared.agents.get(&run.agent_id).cloned() else {
