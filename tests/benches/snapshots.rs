@@ -16,13 +16,12 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use turnstile_actors::workspace::{Bounds, DEFAULT_IGNORE, Ignore};
 use turnstile_actors::{AgentSpec, Multitask, RetryPolicy, Runtime, RuntimeConfig, Workspace};
 use turnstile_harness::ScriptedHarness;
 use turnstile_journal::{Event, Seq, SessionId};
-use turnstile_tests::{knob, median, start_command};
+use turnstile_tests::{knob, median, populate_workspace, start_command, workspace_bounds};
 
 fn agent(id: &str, cwd: &Path, snapshots: bool) -> AgentSpec {
     AgentSpec {
@@ -34,23 +33,7 @@ fn agent(id: &str, cwd: &Path, snapshots: bool) -> AgentSpec {
         cwd: cwd.to_path_buf(),
         keep_uploads: false,
         workspace: Workspace::Session,
-        snapshots: snapshots.then(|| Bounds {
-            max_bytes: 1 << 30,
-            max_file_bytes: 64 << 20,
-            max_files: 100_000,
-            ignore: Ignore::new(&DEFAULT_IGNORE).unwrap(),
-        }),
-    }
-}
-
-fn populate(root: &Path, files: usize, bytes: usize) {
-    let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
-    for n in 0..files {
-        let path = root.join(format!("dir{:03}/file{n:05}.txt", n % 100));
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, format!("{n:>width$}", width = bytes)).unwrap();
-        let file = std::fs::File::options().write(true).open(&path).unwrap();
-        file.set_modified(an_hour_ago).unwrap();
+        snapshots: snapshots.then(workspace_bounds),
     }
 }
 
@@ -107,8 +90,8 @@ async fn main() {
     let calls = knob("BENCH_SNAPSHOT_CALLS", 10);
     let dir = tempfile::tempdir().unwrap();
     let (data, work) = (dir.path().join("data"), dir.path().join("work"));
-    populate(&work.join("on/bench-on"), files, bytes);
-    populate(&work.join("off/bench-off"), files, bytes);
+    populate_workspace(&work.join("on/bench-on"), files, bytes);
+    populate_workspace(&work.join("off/bench-off"), files, bytes);
     let runtime = open(&data, &work);
 
     let first_on = turn(&runtime, "on", "/reply first").await;

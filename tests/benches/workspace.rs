@@ -5,10 +5,10 @@
 //! `BENCH_WORKSPACE_REPEATS` scans; knobs `BENCH_WORKSPACE_FILES` (10000) and
 //! `BENCH_WORKSPACE_FILE_BYTES` (2048). Not a test: nothing is asserted.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use turnstile_actors::workspace::{Bounds, DEFAULT_IGNORE, Ignore, Index, scan};
-use turnstile_tests::{knob, median};
+use turnstile_actors::workspace::{Index, scan};
+use turnstile_tests::{knob, median, populate_workspace, workspace_bounds};
 
 fn main() {
     let files = knob("BENCH_WORKSPACE_FILES", 10_000);
@@ -16,20 +16,8 @@ fn main() {
     let repeats = knob("BENCH_WORKSPACE_REPEATS", 21);
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
-    for n in 0..files {
-        let path = root.join(format!("dir{:03}/file{n:05}.txt", n % 100));
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, format!("{n:>width$}", width = bytes)).unwrap();
-        let file = std::fs::File::options().write(true).open(&path).unwrap();
-        file.set_modified(an_hour_ago).unwrap();
-    }
-    let bounds = Bounds {
-        max_bytes: 1 << 30,
-        max_file_bytes: 64 << 20,
-        max_files: 100_000,
-        ignore: Ignore::new(&DEFAULT_IGNORE).unwrap(),
-    };
+    populate_workspace(root, files, bytes);
+    let bounds = workspace_bounds();
     let started = Instant::now();
     let first = scan(root, &Index::new(), &bounds).unwrap();
     let first_time = started.elapsed();

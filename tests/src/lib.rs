@@ -396,6 +396,31 @@ pub fn http_client() -> reqwest::Client {
         .expect("reqwest client")
 }
 
+/// The default bounds of a workspace's snapshots (`spec/workspaces.md`), default ignore
+/// rules included.
+pub fn workspace_bounds() -> turnstile_actors::workspace::Bounds {
+    use turnstile_actors::workspace::{DEFAULT_IGNORE, Ignore};
+    turnstile_actors::workspace::Bounds {
+        max_bytes: 1 << 30,
+        max_file_bytes: 64 << 20,
+        max_files: 100_000,
+        ignore: Ignore::new(&DEFAULT_IGNORE).expect("the default ignore rules"),
+    }
+}
+
+/// Fills `root` with `files` files of `bytes` bytes in 100 directories, modified an hour
+/// ago (older than a scan's racy window), for the workspace benchmarks.
+pub fn populate_workspace(root: &Path, files: usize, bytes: usize) {
+    let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    for n in 0..files {
+        let path = root.join(format!("dir{:03}/file{n:05}.txt", n % 100));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, format!("{n:>width$}", width = bytes)).unwrap();
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        file.set_modified(an_hour_ago).unwrap();
+    }
+}
+
 /// The scripted agent, with a retry policy.
 pub fn scripted_agent(retry: RetryPolicy) -> AgentSpec {
     AgentSpec {

@@ -7,17 +7,10 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use turnstile_actors::workspace::{
-    Bounds, ChangeKind, DEFAULT_IGNORE, EntryKind, Ignore, Index, digest_of, scan,
-};
+use turnstile_actors::workspace::{Bounds, ChangeKind, EntryKind, Ignore, Index, digest_of, scan};
 
 fn bounds() -> Bounds {
-    Bounds {
-        max_bytes: 1 << 30,
-        max_file_bytes: 64 << 20,
-        max_files: 100_000,
-        ignore: Ignore::new(&DEFAULT_IGNORE).unwrap(),
-    }
+    turnstile_tests::workspace_bounds()
 }
 
 /// Writes a file with a modification time an hour ago (older than the racy window).

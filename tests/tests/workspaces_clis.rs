@@ -92,25 +92,7 @@ async fn claude_code_runs_each_session_in_its_own_directory_29() {
     let fake = FakeAnthropic::start();
     let dir = tempfile::tempdir().unwrap();
     // No warm processes: alpha's second turn starts the CLI again, in its directory.
-    let config = claude_config(
-        dir.path(),
-        &bin,
-        &fake,
-        "",
-        "warm_processes = 0\nworkspace = \"session\"",
-    );
-    // Shell commands that write files, allowed (Claude Code asks before one otherwise).
-    let text = std::fs::read_to_string(&config).unwrap();
-    let allowed = text
-        .lines()
-        .find(|line| line.starts_with("allowed_tools"))
-        .unwrap()
-        .to_owned();
-    std::fs::write(
-        &config,
-        text.replace(&allowed, "allowed_tools = [\"Bash\", \"Read\"]"),
-    )
-    .unwrap();
+    let config = claude_snapshot_config(dir.path(), &bin, &fake);
     let server = Server::start_with(
         &dir.path().join("data"),
         &["--config", config.to_str().unwrap()],
@@ -139,8 +121,8 @@ async fn codex_runs_each_session_in_its_own_directory_29() {
     server.terminate();
 }
 
-/// Claude Code's config in `dir`, its shell commands allowed (it asks before one
-/// that writes a file otherwise).
+/// Claude Code's config in `dir` with `workspace = "session"` and no warm processes,
+/// its shell commands allowed (it asks before one that writes a file otherwise).
 fn claude_snapshot_config(dir: &Path, bin: &Path, fake: &FakeAnthropic) -> std::path::PathBuf {
     let config = claude_config(
         dir,

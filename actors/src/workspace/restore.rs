@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use turnstile_journal::{Event, FileEntry, FileKind, Journal, Seq, SessionId};
 use turnstile_projections::{Files, WorkspaceState};
 
-use super::scan::{Entry, EntryKind, Index, Scan};
+use super::scan::{Entry, EntryKind, Index, Scan, mtime_ns};
 
 /// Where a restore reads contents from: the session's journal and its workspace's fold.
 pub(crate) struct Contents<'a> {
@@ -114,7 +114,10 @@ pub(crate) fn restore(
                 .map_err(|error| format!("cannot restore {path}: {error}"))?,
         }
         let meta = fs::symlink_metadata(&full).map_err(|error| error.to_string())?;
-        index.insert(path.clone(), entry_from(want, &meta));
+        index.insert(
+            path.clone(),
+            Entry::of_recorded(want, mtime_ns(&meta), meta.ino()),
+        );
         done.written += 1;
     }
     Ok((index, done))
@@ -125,22 +128,6 @@ pub(crate) fn same(have: &Entry, want: &FileEntry) -> bool {
     have.digest == want.digest
         && have.executable == want.executable
         && (have.kind == EntryKind::Symlink) == (want.kind == FileKind::Symlink)
-}
-
-/// The index entry of a path just restored.
-fn entry_from(want: &FileEntry, meta: &fs::Metadata) -> Entry {
-    Entry {
-        kind: match want.kind {
-            FileKind::File => EntryKind::File,
-            FileKind::Symlink => EntryKind::Symlink,
-        },
-        size: want.size,
-        executable: want.executable,
-        digest: want.digest.clone(),
-        mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
-        inode: meta.ino(),
-        target: want.target.clone(),
-    }
 }
 
 /// Removes a path whatever it is (a directory with what is in it), never following a link.

@@ -51,6 +51,34 @@ pub struct Entry {
     pub target: Option<String>,
 }
 
+impl Entry {
+    /// A path as the journal recorded it, with the times of the file on disk (`0, 0`:
+    /// none known, so a scan reads it).
+    pub fn of_recorded(
+        recorded: &turnstile_journal::FileEntry,
+        mtime_ns: i128,
+        inode: u64,
+    ) -> Entry {
+        Entry {
+            kind: match recorded.kind {
+                turnstile_journal::FileKind::File => EntryKind::File,
+                turnstile_journal::FileKind::Symlink => EntryKind::Symlink,
+            },
+            size: recorded.size,
+            executable: recorded.executable,
+            digest: recorded.digest.clone(),
+            mtime_ns,
+            inode,
+            target: recorded.target.clone(),
+        }
+    }
+}
+
+/// A file's modification time, nanoseconds since the epoch.
+pub(crate) fn mtime_ns(meta: &std::fs::Metadata) -> i128 {
+    i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec())
+}
+
 /// A workspace's paths (relative, `/`-separated) as its last snapshot recorded them.
 pub type Index = BTreeMap<String, Entry>;
 
@@ -320,7 +348,7 @@ impl Walk<'_> {
             return Ok(());
         }
         self.bytes += size;
-        let mtime_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
+        let mtime_ns = mtime_ns(meta);
         let kind = if symlink {
             EntryKind::Symlink
         } else {

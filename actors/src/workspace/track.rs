@@ -217,22 +217,6 @@ pub(crate) fn file_entry(entry: &Entry) -> FileEntry {
 fn index_of(files: &Files) -> Index {
     files
         .iter()
-        .map(|(path, entry)| {
-            (
-                path.clone(),
-                Entry {
-                    kind: match entry.kind {
-                        FileKind::File => EntryKind::File,
-                        FileKind::Symlink => EntryKind::Symlink,
-                    },
-                    size: entry.size,
-                    executable: entry.executable,
-                    digest: entry.digest.clone(),
-                    mtime_ns: 0,
-                    inode: 0,
-                    target: entry.target.clone(),
-                },
-            )
-        })
+        .map(|(path, entry)| (path.clone(), Entry::of_recorded(entry, 0, 0)))
         .collect()
 }
