@@ -263,15 +263,46 @@ pub enum RunEvent {
         /// The text.
         text: String,
     },
+    /// The run waits for a person's decision on these calls (`spec/approvals.md`): none
+    /// of them has run. Not an end: the run stays open, holding its session, and its
+    /// streams stop here until it is continued.
+    Paused {
+        /// The calls waiting, as the harness asked for them.
+        tools: Vec<ToolCall>,
+    },
+    /// Every paused call was decided: the run goes on (its decision, durable).
+    Continued {
+        /// One per call the run paused on.
+        decisions: Vec<ToolDecision>,
+        /// Who decided (the caller's user, when known; `turnstile` for a timeout).
+        decided_by: Option<String>,
+    },
+}
+
+/// A person's decision on a paused tool call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolDecision {
+    /// The call.
+    pub tool_call_id: String,
+    /// Whether it may run.
+    pub confirmed: bool,
+    /// What the person said (told to the model when the call is denied).
+    pub note: Option<String>,
 }
 
 impl RunEvent {
-    /// Whether the event ends its run's stream.
+    /// Whether the event ends its run.
     pub fn is_terminal(&self) -> bool {
         matches!(
             self,
             RunEvent::Completed { .. } | RunEvent::Failed { .. } | RunEvent::Cancelled { .. }
         )
+    }
+
+    /// Whether a stream of the run stops after it, as it does at a terminal event
+    /// (a pause: nothing follows until the run is continued).
+    pub fn stops_stream(&self) -> bool {
+        self.is_terminal() || matches!(self, RunEvent::Paused { .. })
     }
 
     /// The variant's name, for timelines and logs.
@@ -286,6 +317,8 @@ impl RunEvent {
             RunEvent::Completed { .. } => "Completed",
             RunEvent::Failed { .. } => "Failed",
             RunEvent::Cancelled { .. } => "Cancelled",
+            RunEvent::Paused { .. } => "Paused",
+            RunEvent::Continued { .. } => "Continued",
         }
     }
 }
@@ -423,6 +456,17 @@ pub enum Warning {
     WorkspaceOverLimit {
         /// Each path left out, with the bound it is over.
         left_out: Vec<(String, String)>,
+    },
+    /// The account's usage limit was reached: the run waits until it resets, then tries
+    /// again with the same run id, spending no attempt (`wait_on_usage_limit`). The
+    /// warning is the wait's journaled timer.
+    UsageLimit {
+        /// When the limit resets (and the run tries again), microseconds since the epoch.
+        resets_at_us: i64,
+        /// The attempt that hit the limit.
+        attempt: u32,
+        /// What the harness said.
+        message: String,
     },
 }
 

@@ -6,7 +6,7 @@ use turnstile_journal::codec::{self, RecordBody};
 use turnstile_journal::{
     ChangeKind, Event, EventIndex, Expected, FileChange, FileEntry, FileKind, ForkPoint, Journal,
     JournalOptions, JournalPos, ModelMetrics, RunEvent, RunId, RunMetrics, RunOptions, Seq,
-    SessionId, SnapshotPoint, ToolCall, Warning,
+    SessionId, SnapshotPoint, ToolCall, ToolDecision, Warning,
 };
 
 fn tool() -> ToolCall {
@@ -270,6 +270,35 @@ fn samples() -> Vec<Event> {
             RunEvent::Warning {
                 warning: Warning::WorkspaceOverLimit {
                     left_out: vec![("big.bin".into(), "workspace_max_file_bytes".into())],
+                },
+            },
+        ),
+        emitted(&run_id, RunEvent::Paused { tools: vec![tool()] }),
+        emitted(
+            &run_id,
+            RunEvent::Continued {
+                decisions: vec![
+                    ToolDecision {
+                        tool_call_id: "call_1".into(),
+                        confirmed: true,
+                        note: None,
+                    },
+                    ToolDecision {
+                        tool_call_id: "call_2".into(),
+                        confirmed: false,
+                        note: Some("not on main".into()),
+                    },
+                ],
+                decided_by: Some("alice".into()),
+            },
+        ),
+        emitted(
+            &run_id,
+            RunEvent::Warning {
+                warning: Warning::UsageLimit {
+                    resets_at_us: 1_796_000_060_000_000,
+                    attempt: 1,
+                    message: "usage limit reached".into(),
                 },
             },
         ),

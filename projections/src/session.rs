@@ -292,6 +292,12 @@ impl SessionState {
             attachments: Vec::new(),
             created_at_us: ts,
             updated_at_us: ts,
+            pending: Vec::new(),
+            paused_at_us: None,
+            decisions: Vec::new(),
+            continued: false,
+            unspent_attempts: 0,
+            usage_wait_until_us: None,
         });
     }
 }
@@ -309,10 +315,24 @@ fn apply_run_event(run: &mut RunView, event: &RunEvent, transcript_lines: u32, t
                 result: tool.result.clone(),
                 tool_call_error: tool.tool_call_error,
                 parent_tool_call_id: tool.parent_tool_call_id.clone(),
+                requires_confirmation: false,
+                confirmed: None,
+                confirmation_note: None,
             };
             let id = &tool.tool_call_id;
+            if matches!(event, RunEvent::ToolCallCompleted { .. }) {
+                // A decided call that ran (or was told its denial) is carried out.
+                run.decisions.retain(|decision| &decision.tool_call_id != id);
+            }
             let position = match run.tools.iter().position(|known| &known.tool_call_id == id) {
                 Some(position) => {
+                    let known = &run.tools[position];
+                    let view = ToolView {
+                        requires_confirmation: known.requires_confirmation,
+                        confirmed: known.confirmed,
+                        confirmation_note: known.confirmation_note.clone(),
+                        ..view
+                    };
                     run.tools[position] = view;
                     position
                 }
@@ -335,7 +355,32 @@ fn apply_run_event(run: &mut RunView, event: &RunEvent, transcript_lines: u32, t
                 });
             }
         }
-        RunEvent::Warning { warning } => run.warnings.push(warning.clone()),
+        RunEvent::Warning { warning } => {
+            if let turnstile_journal::Warning::UsageLimit { resets_at_us, .. } = warning {
+                // The attempt that hit the limit is given back; the next one waits.
+                run.usage_wait_until_us = Some(*resets_at_us);
+                run.unspent_attempts += 1;
+            }
+            run.warnings.push(warning.clone());
+        }
+        RunEvent::Paused { tools } => pause(run, tools, ts),
+        RunEvent::Continued { decisions, .. } => {
+            run.status = RunStatus::Running;
+            run.pending.clear();
+            run.paused_at_us = None;
+            run.continued = true;
+            for decision in decisions {
+                if let Some(tool) = run
+                    .tools
+                    .iter_mut()
+                    .find(|tool| tool.tool_call_id == decision.tool_call_id)
+                {
+                    tool.confirmed = Some(decision.confirmed);
+                    tool.confirmation_note = decision.note.clone();
+                }
+            }
+            run.decisions = decisions.clone();
+        }
         RunEvent::Completed {
             content,
             content_type,
@@ -346,6 +391,36 @@ fn apply_run_event(run: &mut RunView, event: &RunEvent, transcript_lines: u32, t
             run.metrics = Some(metrics.clone());
         }
         RunEvent::Started { .. } | RunEvent::Failed { .. } | RunEvent::Cancelled { .. } => {}
+    }
+}
+
+/// A run paused on `tools`: each listed among its calls (waiting for confirmation),
+/// and its attempt spent nothing of the retry budget.
+fn pause(run: &mut RunView, tools: &[turnstile_journal::ToolCall], ts: i64) {
+    run.status = RunStatus::Paused;
+    run.pending = tools.to_vec();
+    run.paused_at_us = Some(ts);
+    run.unspent_attempts += 1;
+    for tool in tools {
+        if run.tools.iter().any(|known| known.tool_call_id == tool.tool_call_id) {
+            continue;
+        }
+        run.tools.push(ToolView {
+            tool_call_id: tool.tool_call_id.clone(),
+            tool_name: tool.tool_name.clone(),
+            tool_args: serde_json::from_str(&tool.tool_args).unwrap_or(serde_json::Value::Null),
+            result: None,
+            tool_call_error: false,
+            parent_tool_call_id: tool.parent_tool_call_id.clone(),
+            requires_confirmation: true,
+            confirmed: None,
+            confirmation_note: None,
+        });
+    }
+    for tool in &mut run.tools {
+        if tools.iter().any(|paused| paused.tool_call_id == tool.tool_call_id) {
+            tool.requires_confirmation = true;
+        }
     }
 }
 
@@ -369,6 +444,8 @@ fn apply_run_progress(run: &mut RunView, record: &Recorded, current_lines: u32) 
             ..
         } => {
             run.attempts = *attempt;
+            run.continued = false;
+            run.usage_wait_until_us = None;
             if run.harness_session_id.is_none() {
                 run.harness_session_id = Some(harness_session_id.clone());
                 run.transcript_start = current_lines;

@@ -4,7 +4,9 @@
 
 use crate::{DayCounts, SessionMetrics};
 use serde::{Deserialize, Serialize};
-use turnstile_journal::{ForkPoint, RunId, RunMetrics, RunOptions, Seq, SessionId, Warning};
+use turnstile_journal::{
+    ForkPoint, RunId, RunMetrics, RunOptions, Seq, SessionId, ToolCall, ToolDecision, Warning,
+};
 
 /// Run status, with agno's wire names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -20,6 +22,8 @@ pub enum RunStatus {
     Error,
     /// Cancelled.
     Cancelled,
+    /// Waiting for a person's decision on its tool calls (`spec/approvals.md`); open.
+    Paused,
 }
 
 impl RunStatus {
@@ -31,6 +35,7 @@ impl RunStatus {
             RunStatus::Completed => "COMPLETED",
             RunStatus::Error => "ERROR",
             RunStatus::Cancelled => "CANCELLED",
+            RunStatus::Paused => "PAUSED",
         }
     }
 
@@ -58,6 +63,15 @@ pub struct ToolView {
     pub tool_call_error: bool,
     /// Spawning call, for subagents.
     pub parent_tool_call_id: Option<String>,
+    /// The call waited (or waits) for a person's decision.
+    #[serde(default)]
+    pub requires_confirmation: bool,
+    /// The decision, once made.
+    #[serde(default)]
+    pub confirmed: Option<bool>,
+    /// The decision's note.
+    #[serde(default)]
+    pub confirmation_note: Option<String>,
 }
 
 /// A point a continuation can start from: the end of a tool result batch.
@@ -150,9 +164,33 @@ pub struct RunView {
     pub created_at_us: i64,
     /// Microseconds since the epoch.
     pub updated_at_us: i64,
+    /// While paused: the calls waiting for a decision, in the order asked.
+    #[serde(default)]
+    pub pending: Vec<ToolCall>,
+    /// While paused: when it paused, microseconds since the epoch.
+    #[serde(default)]
+    pub paused_at_us: Option<i64>,
+    /// Decisions not yet carried out: a call decided and not completed since.
+    #[serde(default)]
+    pub decisions: Vec<ToolDecision>,
+    /// Decided and not started since: its next attempt applies the decisions.
+    #[serde(default)]
+    pub continued: bool,
+    /// Attempts that spent nothing of the retry budget: ended by a pause, or by a
+    /// usage limit waited out.
+    #[serde(default)]
+    pub unspent_attempts: u32,
+    /// Waiting out a usage limit: when it resets, microseconds since the epoch.
+    #[serde(default)]
+    pub usage_wait_until_us: Option<i64>,
 }
 
 impl RunView {
+    /// Attempts that count against the retry budget.
+    pub fn spent_attempts(&self) -> u32 {
+        self.attempts.saturating_sub(self.unspent_attempts)
+    }
+
     /// How many messages the run has, as agno lists them: the user's, a call and a
     /// result per tool, and the answer once the run has ended with one.
     pub fn message_count(&self) -> u32 {
