@@ -27,6 +27,7 @@ async fn main() -> anyhow::Result<()> {
             keep_uploads: false,
             workspace: turnstile_actors::Workspace::Shared,
             snapshots: None,
+            approval: Default::default(),
         }],
     ))?;
     let command = StartRun {

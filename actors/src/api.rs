@@ -39,6 +39,33 @@ pub struct AgentSpec {
     /// With `Workspace::Session`: each session's workspace is snapshotted into the
     /// journal and restored from it, within these bounds (`None`: not snapshotted).
     pub snapshots: Option<crate::workspace::Bounds>,
+    /// Which tool calls wait for a person, for how long, and whether a usage limit is
+    /// waited out (`spec/approvals.md`).
+    pub approval: ApprovalPolicy,
+}
+
+/// An agent's durable waits (`spec/approvals.md`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalPolicy {
+    /// Tool-name patterns whose calls wait for a decision (`approvals`).
+    pub tools: turnstile_harness::Approvals,
+    /// An undecided call is denied (note `timed out`) after this (`None`: never).
+    pub timeout: Option<std::time::Duration>,
+    /// A usage limit is waited out, not failed (`wait_on_usage_limit`).
+    pub wait_on_usage_limit: bool,
+    /// The longest wait for a usage limit (`max_usage_wait_s`).
+    pub max_usage_wait: std::time::Duration,
+}
+
+impl Default for ApprovalPolicy {
+    fn default() -> Self {
+        ApprovalPolicy {
+            tools: turnstile_harness::Approvals::default(),
+            timeout: Some(std::time::Duration::from_secs(86_400)),
+            wait_on_usage_limit: false,
+            max_usage_wait: std::time::Duration::from_secs(21_600),
+        }
+    }
 }
 
 /// Where an agent's sessions work (`spec/workspaces.md`).
@@ -190,6 +217,17 @@ pub struct ContinueRun {
     pub multitask: Multitask,
 }
 
+/// Decides a paused run's tool calls (`spec/approvals.md`): the same run goes on.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DecideRun {
+    /// The paused run.
+    pub run_id: RunId,
+    /// One decision per pending call.
+    pub decisions: Vec<turnstile_journal::ToolDecision>,
+    /// Who decides (recorded with the decision).
+    pub decided_by: Option<String>,
+}
+
 /// Run counters since the runtime opened (for metrics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RuntimeCounters {
@@ -277,6 +315,22 @@ pub enum Refused {
         run_id: RunId,
         /// Why.
         reason: String,
+    },
+    /// Decisions that do not decide each pending call once (`422`, naming the call).
+    #[error("{reason}")]
+    InvalidDecision {
+        /// Why.
+        reason: String,
+    },
+    /// A decision for a run that is not waiting for one (`run_not_paused`).
+    #[error(
+        "Run {run_id} is not paused: it is {status}; only a paused run takes decisions on its tool calls."
+    )]
+    NotPaused {
+        /// The run.
+        run_id: RunId,
+        /// Its status (`RUNNING`, `COMPLETED`, …).
+        status: String,
     },
     /// No such session.
     #[error("Session {session_id} not found")]

@@ -24,8 +24,8 @@ pub mod uploads;
 pub mod workspace;
 
 pub use api::{
-    AgentSpec, CompactOutcome, ContinueFrom, ContinueRun, Multitask, Refused, RuntimeConfig,
-    RuntimeCounters, RuntimeError, StartRun, Workspace,
+    AgentSpec, ApprovalPolicy, CompactOutcome, ContinueFrom, ContinueRun, DecideRun, Multitask,
+    Refused, RuntimeConfig, RuntimeCounters, RuntimeError, StartRun, Workspace,
 };
 pub use run::{RetryPolicy, WireEvent};
 pub use runtime::{FileContent, RunHandle, Runtime};

@@ -72,6 +72,11 @@ impl RunEvents {
         &self.run_id
     }
 
+    /// Where the run's records this stream reads begin in its session stream.
+    pub fn from_seq(&self) -> Seq {
+        self.from_seq
+    }
+
     /// The index of the event `next` returns.
     pub fn next_index(&self) -> EventIndex {
         self.next
@@ -144,6 +149,16 @@ impl RunEvents {
         self.next = event.event_index.next();
         if event.is_terminal() {
             self.done = true;
+        } else if event.event.stops_stream() && self.backlog.is_empty() {
+            // A pause: the stream stops here unless the run has gone on already (a
+            // replay of a run continued since reads on past it).
+            match self.refill() {
+                Ok(()) => self.done = self.backlog.is_empty(),
+                Err(error) => {
+                    tracing::warn!(run_id = %self.run_id, %error, "journal unreadable after a pause");
+                    self.done = true;
+                }
+            }
         }
         event
     }

@@ -67,6 +67,94 @@ pub struct TurnRequest {
     /// learns that the runtime recorded the workspace after each one (`None`: it need
     /// not wait).
     pub settled: Option<ToolsSettled>,
+    /// Which tool calls wait for a person's decision (the agent's `approvals`): a
+    /// harness pauses the turn before such a call runs ([`TurnOutcome::paused`]).
+    pub approvals: Approvals,
+    /// This run's turn paused before: the attempt goes on from where it paused (its
+    /// transcript says where), it does not start the turn again.
+    pub paused_before: bool,
+    /// The decisions on the calls the turn paused on, not carried out yet: a confirmed
+    /// call runs (once), a denied one is told to the model with the note.
+    pub decisions: Vec<Decision>,
+}
+
+/// Tool-name patterns (`*` matches any run of characters) whose calls wait for a
+/// person's decision (`spec/approvals.md`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Approvals {
+    patterns: Vec<String>,
+}
+
+impl Approvals {
+    /// The patterns, as configured.
+    pub fn new(patterns: Vec<String>) -> Self {
+        Approvals { patterns }
+    }
+
+    /// Whether no call waits.
+    pub fn is_empty(&self) -> bool {
+        self.patterns.is_empty()
+    }
+
+    /// Whether a call of `tool_name` waits for a decision.
+    pub fn matches(&self, tool_name: &str) -> bool {
+        self.patterns
+            .iter()
+            .any(|pattern| glob_matches(pattern.as_bytes(), tool_name.as_bytes()))
+    }
+}
+
+/// `*` matches any run of characters; everything else itself.
+fn glob_matches(pattern: &[u8], text: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => text.is_empty(),
+        Some((b'*', rest)) => (0..=text.len()).any(|skip| glob_matches(rest, &text[skip..])),
+        Some((byte, rest)) => text
+            .split_first()
+            .is_some_and(|(first, tail)| first == byte && glob_matches(rest, tail)),
+    }
+}
+
+/// A person's decision on one paused call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The call, as the harness asked for it.
+    pub tool: ToolCall,
+    /// Whether it may run.
+    pub confirmed: bool,
+    /// The person's note.
+    pub note: Option<String>,
+}
+
+impl Decision {
+    /// What the model is told of a denial (the tool's result).
+    pub fn denial(&self) -> String {
+        match &self.note {
+            Some(note) if !note.trim().is_empty() => {
+                format!("A person denied this tool call: {note}")
+            }
+            _ => "A person denied this tool call.".to_owned(),
+        }
+    }
+
+    /// The decision said as a message, for a harness that can only tell its model (a
+    /// CLI resumed after its process was gone).
+    pub fn message(decisions: &[Decision]) -> String {
+        let mut text =
+            String::from("[turnstile] A person decided on the tool calls you asked for:\n");
+        for decision in decisions {
+            let verdict = if decision.confirmed {
+                "approved: run it now, exactly as proposed".to_owned()
+            } else {
+                decision.denial()
+            };
+            text.push_str(&format!(
+                "- {} {} ({}): {verdict}\n",
+                decision.tool.tool_name, decision.tool.tool_args, decision.tool.tool_call_id
+            ));
+        }
+        text
+    }
 }
 
 /// The count of this attempt's completed tool calls after which the runtime has
@@ -277,6 +365,20 @@ pub struct TurnOutcome {
     pub content: String,
     /// Usage reported by the harness.
     pub usage: Usage,
+    /// The turn paused before these calls ran, waiting for a person's decision
+    /// ([`TurnRequest::approvals`]); empty for a turn that ended with an answer.
+    pub paused: Vec<ToolCall>,
+}
+
+impl TurnOutcome {
+    /// A turn that paused before `calls` ran.
+    pub fn paused(calls: Vec<ToolCall>) -> Self {
+        TurnOutcome {
+            content: String::new(),
+            usage: Usage::default(),
+            paused: calls,
+        }
+    }
 }
 
 /// Classes of failure; the permanent ones are never retried.

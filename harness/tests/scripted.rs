@@ -21,6 +21,9 @@ fn request(message: &str, attempt: u32, transcript: Vec<String>) -> TurnRequest 
         output_schema: None,
         cwd: None,
         settled: None,
+        approvals: Default::default(),
+        paused_before: false,
+        decisions: Vec::new(),
     }
 }
 

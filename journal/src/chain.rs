@@ -5,7 +5,7 @@
 
 use crate::Error;
 use crate::codec::{self, EncodedEvent, Hash};
-use crate::event::Event;
+use crate::event::{Event, RunEvent};
 use crate::ids::{JournalPos, RunId, Seq, SessionId};
 use crate::types::Recorded;
 
@@ -166,6 +166,14 @@ pub(crate) fn status_byte(event: &Event) -> Option<u8> {
         Event::RunCompleted { .. } => b'C',
         Event::RunFailed { .. } => b'E',
         Event::RunCancelled { .. } => b'X',
+        Event::RunEventEmitted {
+            event: RunEvent::Paused { .. },
+            ..
+        } => b'Z',
+        Event::RunEventEmitted {
+            event: RunEvent::Continued { .. },
+            ..
+        } => b'R',
         _ => return None,
     })
 }

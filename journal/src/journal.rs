@@ -314,7 +314,7 @@ impl Journal {
 
     /// How many runs an agent has with each status, in [`crate::IndexedStatus`] order
     /// (kept as runs change; counts runs applied and not yet durable too).
-    pub fn agent_run_counts(&self, agent_id: &str) -> [u64; 5] {
+    pub fn agent_run_counts(&self, agent_id: &str) -> [u64; 6] {
         match &self.backend {
             Backend::Sled(sled) => sled.agent_run_counts(agent_id),
             Backend::Postgres(pg) => pg.agent_run_counts(agent_id),

@@ -34,7 +34,8 @@ pub mod verify;
 pub use codec::{FORMAT_VERSION, Hash, RecordBody};
 pub use config::JournalConfig;
 pub use event::{
-    Event, ForkPoint, ModelMetrics, RunEvent, RunMetrics, RunOptions, ToolCall, ToolDecision, Warning,
+    Event, ForkPoint, ModelMetrics, RunEvent, RunMetrics, RunOptions, ToolCall, ToolDecision,
+    Warning,
 };
 pub use files::{ChangeKind, FileChange, FileEntry, FileKind, SnapshotPoint};
 pub use ids::{EventIndex, IdError, JournalPos, RunId, Seq, SessionId};

@@ -270,6 +270,8 @@ pub enum IndexedStatus {
     Error,
     /// Cancelled.
     Cancelled,
+    /// Waiting for a person's decision (open).
+    Paused,
 }
 
 impl IndexedStatus {
@@ -280,6 +282,7 @@ impl IndexedStatus {
             b'C' => IndexedStatus::Completed,
             b'E' => IndexedStatus::Error,
             b'X' => IndexedStatus::Cancelled,
+            b'Z' => IndexedStatus::Paused,
             _ => return None,
         })
     }

@@ -273,7 +273,12 @@ fn samples() -> Vec<Event> {
                 },
             },
         ),
-        emitted(&run_id, RunEvent::Paused { tools: vec![tool()] }),
+        emitted(
+            &run_id,
+            RunEvent::Paused {
+                tools: vec![tool()],
+            },
+        ),
         emitted(
             &run_id,
             RunEvent::Continued {

@@ -20,6 +20,6 @@ pub use stored::{RunHead, StoredRun, StoredRunHead, StoredSession};
 pub use transcripts::Transcripts;
 pub use turnstile_journal::ForkPoint;
 pub use views::{
-    AttachmentView, Checkpoint, RunStatus, RunView, SessionView, ToolView, date_of_us,
+    AttachmentView, Checkpoint, DecidedCall, RunStatus, RunView, SessionView, ToolView, date_of_us,
 };
 pub use workspace::{Files, FilesAt, WorkspaceState};

@@ -13,8 +13,8 @@
 
 use crate::views::push_exact;
 use crate::{
-    AttachmentView, Checkpoint, RunHead, RunStatus, RunView, SessionView, StoredRun, StoredSession,
-    ToolView, date_of_us,
+    AttachmentView, Checkpoint, DecidedCall, RunHead, RunStatus, RunView, SessionView, StoredRun,
+    StoredSession, ToolView, date_of_us,
 };
 use turnstile_journal::{Event, Recorded, RunEvent, RunId, SessionId};
 
@@ -322,7 +322,8 @@ fn apply_run_event(run: &mut RunView, event: &RunEvent, transcript_lines: u32, t
             let id = &tool.tool_call_id;
             if matches!(event, RunEvent::ToolCallCompleted { .. }) {
                 // A decided call that ran (or was told its denial) is carried out.
-                run.decisions.retain(|decision| &decision.tool_call_id != id);
+                run.decisions
+                    .retain(|decided| &decided.tool.tool_call_id != id);
             }
             let position = match run.tools.iter().position(|known| &known.tool_call_id == id) {
                 Some(position) => {
@@ -366,9 +367,22 @@ fn apply_run_event(run: &mut RunView, event: &RunEvent, transcript_lines: u32, t
         RunEvent::Paused { tools } => pause(run, tools, ts),
         RunEvent::Continued { decisions, .. } => {
             run.status = RunStatus::Running;
-            run.pending.clear();
             run.paused_at_us = None;
             run.continued = true;
+            let pending = std::mem::take(&mut run.pending);
+            run.decisions = decisions
+                .iter()
+                .filter_map(|decision| {
+                    let tool = pending
+                        .iter()
+                        .find(|call| call.tool_call_id == decision.tool_call_id)?;
+                    Some(DecidedCall {
+                        tool: tool.clone(),
+                        confirmed: decision.confirmed,
+                        note: decision.note.clone(),
+                    })
+                })
+                .collect();
             for decision in decisions {
                 if let Some(tool) = run
                     .tools
@@ -379,7 +393,6 @@ fn apply_run_event(run: &mut RunView, event: &RunEvent, transcript_lines: u32, t
                     tool.confirmation_note = decision.note.clone();
                 }
             }
-            run.decisions = decisions.clone();
         }
         RunEvent::Completed {
             content,
@@ -402,7 +415,11 @@ fn pause(run: &mut RunView, tools: &[turnstile_journal::ToolCall], ts: i64) {
     run.paused_at_us = Some(ts);
     run.unspent_attempts += 1;
     for tool in tools {
-        if run.tools.iter().any(|known| known.tool_call_id == tool.tool_call_id) {
+        if run
+            .tools
+            .iter()
+            .any(|known| known.tool_call_id == tool.tool_call_id)
+        {
             continue;
         }
         run.tools.push(ToolView {
@@ -418,7 +435,10 @@ fn pause(run: &mut RunView, tools: &[turnstile_journal::ToolCall], ts: i64) {
         });
     }
     for tool in &mut run.tools {
-        if tools.iter().any(|paused| paused.tool_call_id == tool.tool_call_id) {
+        if tools
+            .iter()
+            .any(|paused| paused.tool_call_id == tool.tool_call_id)
+        {
             tool.requires_confirmation = true;
         }
     }

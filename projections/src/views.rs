@@ -5,7 +5,7 @@
 use crate::{DayCounts, SessionMetrics};
 use serde::{Deserialize, Serialize};
 use turnstile_journal::{
-    ForkPoint, RunId, RunMetrics, RunOptions, Seq, SessionId, ToolCall, ToolDecision, Warning,
+    ForkPoint, RunId, RunMetrics, RunOptions, Seq, SessionId, ToolCall, Warning,
 };
 
 /// Run status, with agno's wire names.
@@ -100,6 +100,17 @@ pub struct AttachmentView {
     pub sha256: String,
 }
 
+/// A paused call and the decision on it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecidedCall {
+    /// The call, as the harness asked for it.
+    pub tool: ToolCall,
+    /// Whether it may run.
+    pub confirmed: bool,
+    /// The person's note.
+    pub note: Option<String>,
+}
+
 /// A run as the journal tells it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunView {
@@ -172,7 +183,7 @@ pub struct RunView {
     pub paused_at_us: Option<i64>,
     /// Decisions not yet carried out: a call decided and not completed since.
     #[serde(default)]
-    pub decisions: Vec<ToolDecision>,
+    pub decisions: Vec<DecidedCall>,
     /// Decided and not started since: its next attempt applies the decisions.
     #[serde(default)]
     pub continued: bool,

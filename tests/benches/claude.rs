@@ -141,6 +141,7 @@ fn runtime(
         keep_uploads: false,
         workspace: turnstile_actors::Workspace::Shared,
         snapshots: None,
+        approval: Default::default(),
     };
     Runtime::open(RuntimeConfig::new(
         dir.join(format!("data-{warm}")),

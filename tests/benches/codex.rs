@@ -203,6 +203,7 @@ fn runtime(bin: &Path, fake: &FakeOpenAi, dir: &Path, warm: usize) -> Runtime {
         keep_uploads: false,
         workspace: turnstile_actors::Workspace::Shared,
         snapshots: None,
+        approval: Default::default(),
     };
     Runtime::open(RuntimeConfig::new(
         dir.join(format!("data-{warm}")),

@@ -34,6 +34,7 @@ fn agent(id: &str, cwd: &Path, snapshots: bool) -> AgentSpec {
         keep_uploads: false,
         workspace: Workspace::Session,
         snapshots: snapshots.then(workspace_bounds),
+        approval: Default::default(),
     }
 }
 

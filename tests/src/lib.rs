@@ -433,6 +433,7 @@ pub fn scripted_agent(retry: RetryPolicy) -> AgentSpec {
         keep_uploads: false,
         workspace: turnstile_actors::Workspace::Shared,
         snapshots: None,
+        approval: Default::default(),
     }
 }
 

@@ -43,6 +43,9 @@ fn request(
         output_schema: None,
         cwd: None,
         settled: None,
+        approvals: Default::default(),
+        paused_before: false,
+        decisions: Vec::new(),
     }
 }
 

@@ -111,6 +111,9 @@ pub(crate) struct RunTask {
     pub fenced: bool,
     /// The session's workspace, with snapshots on.
     pub workspace: Option<WorkspaceRun>,
+    /// Attempts of the run so far that spent nothing of the retry budget (paused, or a
+    /// usage limit waited out).
+    pub unspent_attempts: u32,
 }
 
 enum AttemptEnd {
@@ -125,7 +128,8 @@ impl RunTask {
         let started = Instant::now();
         let mut records = Vec::new();
         let mut first_token: Option<f64> = None;
-        let max_attempts = self.policy.max_attempts().max(self.request.attempt);
+        let max_attempts =
+            (self.policy.max_attempts() + self.unspent_attempts).max(self.request.attempt);
         if let Some(error) = self.staging_error.take() {
             let mut terminal = std::mem::take(&mut self.start_events);
             terminal.extend(self.failed("attachment_staging", &error, false));
@@ -148,6 +152,12 @@ impl RunTask {
             let (kind, message) = match end {
                 AttemptEnd::Journal(error) => {
                     break self.failed(journal_error_type(&error), &error, false);
+                }
+                AttemptEnd::Harness(Ok(outcome)) if !outcome.paused.is_empty() => {
+                    // Calls wait for a person: the run pauses (no end), its slot freed.
+                    let index = self.take_index();
+                    let tools = outcome.paused;
+                    break vec![self.identity.emitted(index, RunEvent::Paused { tools })];
                 }
                 AttemptEnd::Harness(Ok(outcome)) => {
                     break self.completed(outcome, started, first_token);

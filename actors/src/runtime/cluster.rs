@@ -137,6 +137,17 @@ impl Runtime {
             Ok(ReplicaCommand::Cancel(run_id)) => ReplicaReply::Cancelled {
                 cancelled: self.cancel_run(&run_id).await.unwrap_or(false),
             },
+            Ok(ReplicaCommand::Decide(decide)) => match self.decide_run(*decide).await {
+                Ok(Ok(handle)) => ReplicaReply::Continued {
+                    run_id: handle.run_id.clone(),
+                    from_seq: handle.events.from_seq().0,
+                    from_index: handle.events.next_index().0,
+                },
+                Ok(Err(refusal)) => ReplicaReply::Refused {
+                    refused: refusal_text(&refusal),
+                },
+                Err(error) => refused(error.to_string()),
+            },
             Ok(ReplicaCommand::Enqueue(start)) => match self.start_run(*start).await {
                 Ok(Ok(handle)) => ReplicaReply::Started {
                     from_seq: self

@@ -2,10 +2,11 @@
 //! each a round trip to the session's actor in a task of its own.
 
 use crate::api::{
-    CompactOutcome, ContinueFrom, ContinueRun, Multitask, Refused, RuntimeError, StartRun,
+    CompactOutcome, ContinueFrom, ContinueRun, DecideRun, Multitask, Refused, RuntimeError,
+    StartRun,
 };
 use crate::runtime::cluster::ELSEWHERE_WAIT;
-use crate::runtime::replica::{ReplicaCommand, ReplicaReply};
+use crate::runtime::replica::{ReplicaCommand, ReplicaReply, refusal_of};
 use crate::{RunHandle, Runtime};
 use actix::prelude::*;
 use std::sync::atomic::Ordering;
@@ -15,7 +16,7 @@ use turnstile_projections::{ForkPoint, RunStatus, RunView};
 
 use crate::registry::GetSession;
 use crate::session::{
-    Accepted, CancelRunMsg, CompactMsg, DeleteSessionMsg, SessionActor, StartRunMsg,
+    Accepted, CancelRunMsg, CompactMsg, DecideMsg, DeleteSessionMsg, SessionActor, StartRunMsg,
 };
 use crate::stream::RunEvents;
 
@@ -29,7 +30,7 @@ impl Runtime {
                 accepted.run_id.clone(),
                 accepted.from_seq,
                 Some(accepted.live),
-                EventIndex(0),
+                accepted.from_index,
             ),
             run_id: accepted.run_id,
             session_id,
@@ -258,6 +259,11 @@ impl Runtime {
         match source.status {
             RunStatus::Cancelled => return refuse("the run is cancelled"),
             RunStatus::Pending | RunStatus::Running => return refuse("the run has not finished"),
+            RunStatus::Paused => {
+                return refuse(
+                    "the run is paused: continue it with tools, deciding each pending call",
+                );
+            }
             RunStatus::Completed | RunStatus::Error => {}
         }
         let Some(harness_session_id) = source.harness_session_id.clone() else {
@@ -286,6 +292,79 @@ impl Runtime {
             isolated: false,
         })
         .await
+    }
+
+    /// Decides a paused run's tool calls (`spec/approvals.md`): once the decision is
+    /// journaled the same run goes on, its events from its `RunContinued`. On a shared
+    /// journal a session another replica owns is decided through it.
+    pub async fn decide_run(
+        &self,
+        command: DecideRun,
+    ) -> Result<Result<RunHandle, Refused>, RuntimeError> {
+        let Some(session_id) = self.journal().session_of_run(&command.run_id)? else {
+            return Ok(Err(Refused::UnknownRun {
+                run_id: command.run_id,
+            }));
+        };
+        let deadline = Instant::now() + ELSEWHERE_WAIT;
+        loop {
+            let answer = match self
+                .ask_session(session_id.clone(), DecideMsg(command.clone()))
+                .await
+            {
+                Ok(answer) => answer,
+                Err(RuntimeError::Stopped)
+                    if Instant::now() < deadline
+                        && self.inner.shared.accepting.load(Ordering::SeqCst) =>
+                {
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            let owner = match answer {
+                Ok(Ok(accepted)) => return Ok(Ok(self.accepted_handle(session_id, accepted))),
+                Ok(Err(refused)) => return Ok(Err(refused)),
+                Err(RuntimeError::Elsewhere { owner, .. }) => owner,
+                Err(error) => return Err(error),
+            };
+            let forwarded = ReplicaCommand::Decide(Box::new(command.clone()));
+            match self.ask_replica(&session_id, &owner, forwarded).await? {
+                Some(ReplicaReply::Continued {
+                    run_id,
+                    from_seq,
+                    from_index,
+                }) => {
+                    let events = RunEvents::new(
+                        self.journal().clone(),
+                        session_id.clone(),
+                        run_id.clone(),
+                        turnstile_journal::Seq(from_seq),
+                        None,
+                        EventIndex(from_index),
+                    );
+                    return Ok(Ok(RunHandle {
+                        events,
+                        run_id,
+                        session_id,
+                        reused: false,
+                        runtime: self.clone(),
+                    }));
+                }
+                Some(ReplicaReply::Refused { refused }) => {
+                    return Ok(Err(refusal_of(&refused, &session_id)));
+                }
+                Some(other) => return Err(RuntimeError::ReplicaReply(other.to_wire())),
+                None if Instant::now() >= deadline => {
+                    return Err(RuntimeError::OwnerSilent {
+                        session_id,
+                        owner,
+                        detail: ", which does not take the decision",
+                    });
+                }
+                // Its owner died meanwhile: the session is free now, or soon.
+                None => tokio::time::sleep(Duration::from_millis(5)).await,
+            }
+        }
     }
 
     /// Compacts the session's harness session; refused while a run is in flight.

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use turnstile_journal::limits::ELSEWHERE_WAIT_MS;
 use turnstile_journal::{RunId, SessionId};
 
-use crate::api::{Refused, RuntimeError, StartRun};
+use crate::api::{DecideRun, Refused, RuntimeError, StartRun};
 use crate::runtime::Runtime;
 
 /// A command for the replica that owns a session.
@@ -16,6 +16,8 @@ pub(super) enum ReplicaCommand {
     Enqueue(Box<StartRun>),
     /// Cancel this run.
     Cancel(RunId),
+    /// Decide this paused run's calls.
+    Decide(Box<DecideRun>),
 }
 
 impl ReplicaCommand {
@@ -28,6 +30,11 @@ impl ReplicaCommand {
                     .map_err(|error| RuntimeError::Internal(error.to_string()))?,
             ),
             ReplicaCommand::Cancel(run_id) => ("cancel", run_id.to_string()),
+            ReplicaCommand::Decide(decide) => (
+                "decide",
+                serde_json::to_string(decide)
+                    .map_err(|error| RuntimeError::Internal(error.to_string()))?,
+            ),
         })
     }
 
@@ -42,6 +49,9 @@ impl ReplicaCommand {
                 .parse()
                 .map(ReplicaCommand::Cancel)
                 .map_err(|_| format!("cancel of {:?}", command.body)),
+            "decide" => serde_json::from_str(&command.body)
+                .map(|decide| ReplicaCommand::Decide(Box::new(decide)))
+                .map_err(|error| error.to_string()),
             other => Err(format!("unknown command {other}")),
         }
     }
@@ -51,6 +61,16 @@ impl ReplicaCommand {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub(super) enum ReplicaReply {
+    /// The paused run goes on, its `RunContinued` at this sequence and index (first:
+    /// the replies are told apart by their fields).
+    Continued {
+        /// The run.
+        run_id: RunId,
+        /// Its `RunContinued`'s sequence in the session.
+        from_seq: u64,
+        /// Its `RunContinued`'s event index.
+        from_index: u64,
+    },
     /// The turn was accepted as this run, its `RunQueued` at this sequence.
     Started {
         /// The run.
@@ -108,6 +128,9 @@ pub(super) fn refusal_text(refused: &Refused) -> String {
         Refused::QueueFull { limit } => format!("queue_full:{limit}"),
         Refused::ShuttingDown => "shutting_down".into(),
         Refused::UnknownSession { .. } => "unknown_session".into(),
+        Refused::UnknownRun { run_id } => format!("unknown_run:{run_id}"),
+        Refused::NotPaused { status, run_id } => format!("not_paused:{status}:{run_id}"),
+        Refused::InvalidDecision { reason } => format!("invalid_decision:{reason}"),
         other => format!("other:{other}"),
     }
 }
@@ -121,6 +144,27 @@ pub(super) fn refusal_of(reply: &str, session_id: &SessionId) -> Refused {
     }
     if reply == "shutting_down" {
         return Refused::ShuttingDown;
+    }
+    if let Some(run_id) = reply
+        .strip_prefix("unknown_run:")
+        .and_then(|run_id| run_id.parse().ok())
+    {
+        return Refused::UnknownRun { run_id };
+    }
+    if let Some((status, run_id)) = reply
+        .strip_prefix("not_paused:")
+        .and_then(|rest| rest.split_once(':'))
+        && let Ok(run_id) = run_id.parse()
+    {
+        return Refused::NotPaused {
+            run_id,
+            status: status.to_owned(),
+        };
+    }
+    if let Some(reason) = reply.strip_prefix("invalid_decision:") {
+        return Refused::InvalidDecision {
+            reason: reason.to_owned(),
+        };
     }
     if reply == "unknown_session" {
         return Refused::UnknownSession {

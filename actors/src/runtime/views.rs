@@ -84,6 +84,7 @@ impl Runtime {
             RunStatus::Completed => IndexedStatus::Completed,
             RunStatus::Error => IndexedStatus::Error,
             RunStatus::Cancelled => IndexedStatus::Cancelled,
+            RunStatus::Paused => IndexedStatus::Paused,
         });
         let counts = self.journal().agent_run_counts(agent_id);
         let total = match wanted {

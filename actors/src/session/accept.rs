@@ -71,6 +71,7 @@ impl Handler<StartRunMsg> for SessionActor {
                 run_id,
                 live,
                 from_seq,
+                from_index: EventIndex(0),
             }))
         }))
     }
@@ -275,6 +276,21 @@ impl Handler<CancelRunMsg> for SessionActor {
         self.ensure_fresh(ctx)?;
         if let Some(in_flight) = self.in_flight.as_ref().filter(|f| f.run_id == run_id) {
             in_flight.cancel.cancel();
+            return Ok(true);
+        }
+        if self.ending.contains(&run_id) {
+            return Ok(true);
+        }
+        if self.deciding.as_ref() == Some(&run_id) {
+            // Its decision is on its way to the journal: cancelled once it is queued.
+            ctx.notify_later(CancelRunMsg(run_id), std::time::Duration::from_millis(2));
+            return Ok(true);
+        }
+        if let Some(run) = self.paused_run().filter(|run| run.run_id == run_id) {
+            // A paused run has no task: it ends here, at once.
+            let index = EventIndex(run.event_count);
+            let terminal = cancelled_events(&self.identity(&run_id), index);
+            self.end_run(run_id, terminal, None, ctx);
             return Ok(true);
         }
         let Some(position) = self

@@ -61,6 +61,8 @@ impl SessionActor {
                     match result {
                         Ok(Ok(records)) => {
                             actor.apply(&records);
+                            // A pause ends no run: the run waits for its decision.
+                            actor.arm_approval_timeout(ctx);
                             if let Some(tracker) = actor.workspace.as_mut() {
                                 tracker.store(&actor.shared.journal, actor.state.next_seq);
                             }

@@ -26,6 +26,7 @@ use turnstile_journal::{Recorded, RunId, Seq, SessionId};
 use turnstile_projections::SessionState;
 
 mod accept;
+mod approvals;
 mod attachments;
 mod compact;
 mod delete;
@@ -37,6 +38,7 @@ mod queue;
 mod recovery;
 mod shared;
 
+pub(crate) use approvals::DecideMsg;
 pub(crate) use leases::Fence;
 pub(crate) use shared::Shared;
 
@@ -125,6 +127,8 @@ pub(crate) struct SessionActor {
     /// The session's workspace between turns, with snapshots on (`None`: read from the
     /// journal by the next turn; lent to the run in flight meanwhile).
     workspace: Option<crate::workspace::Tracker>,
+    /// A paused run whose decision is being appended: no second decision meanwhile.
+    deciding: Option<RunId>,
 }
 
 /// A run accepted.
@@ -132,6 +136,9 @@ pub(crate) struct Accepted {
     pub run_id: RunId,
     pub live: broadcast::Receiver<Arc<WireEvent>>,
     pub from_seq: Seq,
+    /// The index its events are shown from (0 for a new run; a continued run's
+    /// `RunContinued`).
+    pub from_index: turnstile_journal::EventIndex,
 }
 
 #[derive(Message)]
@@ -186,6 +193,7 @@ impl SessionActor {
             healing: false,
             ending: HashSet::new(),
             workspace: None,
+            deciding: None,
         }
     }
 }
@@ -252,6 +260,10 @@ impl Actor for SessionActor {
                 && !actor.electing
                 && !actor.compacting
                 && !actor.creating
+                // A paused run's actor keeps its session (and, on a shared journal, its
+                // lease) and the timer of its approval timeout.
+                && actor.paused_run().is_none()
+                && actor.deciding.is_none()
                 // A deletion in flight is answered by this actor: stopping now would
                 // drop the answer (the caller asks again and hears "no such session")
                 // and let a new actor take a turn before the deletion is durable.
@@ -266,6 +278,7 @@ impl Actor for SessionActor {
         if !self.resolve_open_runs(ctx) {
             self.pump(ctx);
         }
+        self.arm_approval_timeout(ctx);
     }
 
     fn stopped(&mut self, ctx: &mut Self::Context) {

@@ -30,6 +30,7 @@ impl SessionActor {
             .filter(|f| !f.ending)
             .map(|f| &f.run_id)
             .or_else(|| self.queue.front().map(|q| &q.run_id))
+            .or_else(|| self.paused_for_a_new_turn())
     }
 
     pub(super) fn busy_with(&self) -> Option<&RunId> {
@@ -37,6 +38,15 @@ impl SessionActor {
             .as_ref()
             .map(|f| &f.run_id)
             .or_else(|| self.queue.front().map(|q| &q.run_id))
+            .or_else(|| self.paused_run().map(|run| &run.run_id))
+    }
+
+    /// The paused run, unless its end is being journaled (a cancel): a paused run
+    /// holds its session until it is continued and ends.
+    fn paused_for_a_new_turn(&self) -> Option<&RunId> {
+        self.paused_run()
+            .map(|run| &run.run_id)
+            .filter(|run_id| !self.ending.contains(*run_id))
     }
 
     /// Elects the head of the queue when the session is free, then waits for a slot.
@@ -55,6 +65,10 @@ impl SessionActor {
             return;
         }
         if !self.queue.front().is_some_and(|head| head.durable) {
+            return;
+        }
+        if self.paused_run().is_some() {
+            // The paused run holds the session: the turns behind it wait for its end.
             return;
         }
         self.electing = true;
@@ -143,7 +157,19 @@ impl SessionActor {
                 output_schema: output_schema.as_ref().map(|schema| schema.to_string()),
                 cwd: Some(workdir.clone()),
                 settled: None,
+                approvals: agent.approval.tools.clone(),
+                paused_before: run.tools.iter().any(|tool| tool.requires_confirmation),
+                decisions: run
+                    .decisions
+                    .iter()
+                    .map(|decided| turnstile_harness::Decision {
+                        tool: decided.tool.clone(),
+                        confirmed: decided.confirmed,
+                        note: decided.note.clone(),
+                    })
+                    .collect(),
             },
+            unspent_attempts: run.unspent_attempts,
             policy: agent.retry,
             cancel,
             live: live.clone(),
@@ -222,8 +248,10 @@ impl SessionActor {
             next_index = next_index.next();
         }
         // A run in flight when its process stopped resumes with a new attempt: a retry,
-        // said as any other between its attempts (#32).
-        if resume && run.attempts >= 1 {
+        // said as any other between its attempts (#32). A run continued after its pause
+        // or a usage limit's wait goes on without one (its `RunContinued` or warning said so).
+        let waited = run.continued || run.usage_wait_until_us.is_some();
+        if resume && run.attempts >= 1 && !waited {
             let attempt = run.attempts;
             let attempts = agent.retry.max_attempts();
             events.push(identity.emitted(

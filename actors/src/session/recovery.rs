@@ -79,7 +79,7 @@ impl SessionActor {
                     let message = format!("Attempt {attempt} failed permanently ({error_type}).");
                     failed_events(&identity, index, error_type, &message, false)
                 }
-                _ if run.attempts < agent.retry.max_attempts() => {
+                _ if run.spent_attempts() < agent.retry.max_attempts() => {
                     // It was the session's running turn: it goes first.
                     tracing::info!(
                         run_id = %run.run_id,

@@ -138,12 +138,17 @@ impl From<Refused> for ApiError {
             },
             Refused::QueueFull { .. } => ApiError::TooManyRequests(message),
             Refused::InvalidInput { .. } => ApiError::BadRequest(message),
+            Refused::InvalidDecision { .. } => ApiError::Unprocessable(message),
             Refused::Compacting { .. } | Refused::Deleting { .. } => ApiError::Conflict {
                 error_type: "session_busy",
                 message,
             },
             Refused::NotContinuable { .. } => ApiError::Conflict {
                 error_type: "run_not_continuable",
+                message,
+            },
+            Refused::NotPaused { .. } => ApiError::Conflict {
+                error_type: "run_not_paused",
                 message,
             },
             Refused::UnknownRun { .. } | Refused::UnknownSession { .. } => {

@@ -16,9 +16,9 @@ use axum::extract::{Request, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde_json::json;
-use turnstile_actors::{ContinueFrom, ContinueRun, Multitask, RunOptions};
+use turnstile_actors::{ContinueFrom, ContinueRun, DecideRun, Multitask, RunOptions};
 use turnstile_journal::limits::USER_ID_BYTES_MAX;
-use turnstile_journal::{EventIndex, RunId};
+use turnstile_journal::{EventIndex, RunId, ToolDecision};
 use turnstile_projections::RunHead;
 
 /// Re-attaches to a run's events after `last_event_index` (or `Last-Event-ID`): a meta
@@ -125,6 +125,27 @@ pub(super) async fn continue_run(
     };
     let stream = body.stream.unwrap_or(true);
     let background = body.background.unwrap_or(false);
+    if let Some(decisions) = decisions_of(body.tools.as_deref(), &source)? {
+        if body.continue_from.is_some() || body.input.is_some() {
+            return Err(ApiError::Unprocessable(
+                "tools decide a paused run's calls, and continue it where it paused: continue_from and input go with a continuation from a checkpoint, not with tools".into(),
+            ));
+        }
+        let command = DecideRun {
+            run_id: source.run_id.clone(),
+            decisions,
+            decided_by: caller.owner().map(str::to_owned).or(bounded(
+                "user_id",
+                body.user_id,
+                USER_ID_BYTES_MAX,
+            )?),
+        };
+        let handle = match state.runtime.decide_run(command).await? {
+            Ok(handle) => handle,
+            Err(refused) => return Err(refused.into()),
+        };
+        return respond_run(&state, handle, stream, background, (&agent.id, &agent.name)).await;
+    }
     let input = body.input;
     if input
         .as_ref()
@@ -162,6 +183,66 @@ pub(super) async fn continue_run(
         Err(refused) => return Err(refused.into()),
     };
     respond_run(&state, handle, stream, background, (&agent.id, &agent_name)).await
+}
+
+/// The decisions a `continue` carries in `tools` (agno's `ToolExecution`s as JSON):
+/// each call with `confirmed` true or false is decided (with its `confirmation_note`);
+/// one without is left undecided, which only the run's own calls may be (a client sends
+/// the run's `tools` back whole). `None`: no tools (absent, empty, or `[]`).
+fn decisions_of(
+    tools: Option<&str>,
+    run: &turnstile_projections::RunView,
+) -> Result<Option<Vec<ToolDecision>>, ApiError> {
+    let Some(text) = tools.map(str::trim).filter(|text| !text.is_empty()) else {
+        return Ok(None);
+    };
+    let invalid = |why: String| ApiError::Unprocessable(format!("tools: {why}"));
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|error| invalid(format!("not JSON: {error}")))?;
+    let serde_json::Value::Array(entries) = value else {
+        return Err(invalid("must be a JSON array of tool executions".into()));
+    };
+    if entries.is_empty() {
+        return Ok(None);
+    }
+    let mut decisions = Vec::new();
+    for (position, entry) in entries.iter().enumerate() {
+        let Some(id) = entry.get("tool_call_id").and_then(|id| id.as_str()) else {
+            return Err(invalid(format!("entry {position} has no tool_call_id")));
+        };
+        let note = match entry.get("confirmation_note") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(note)) => Some(note.clone()),
+            Some(_) => {
+                return Err(invalid(format!(
+                    "confirmation_note of {id} must be a string"
+                )));
+            }
+        };
+        let decided_before = run
+            .tools
+            .iter()
+            .any(|tool| tool.tool_call_id == id && tool.confirmed.is_some());
+        match entry.get("confirmed") {
+            // The run's tools sent back whole: a call decided before keeps its decision.
+            Some(serde_json::Value::Bool(_)) if decided_before => {}
+            Some(serde_json::Value::Bool(confirmed)) => decisions.push(ToolDecision {
+                tool_call_id: id.to_owned(),
+                confirmed: *confirmed,
+                note,
+            }),
+            None | Some(serde_json::Value::Null) => {
+                if !run.tools.iter().any(|tool| tool.tool_call_id == id) {
+                    return Err(invalid(format!(
+                        "tool_call_id {id:?} is not a call of run {}",
+                        run.run_id
+                    )));
+                }
+            }
+            Some(_) => return Err(invalid(format!("confirmed of {id} must be true or false"))),
+        }
+    }
+    Ok(Some(decisions))
 }
 
 /// The index a re-attach resumes after: the body's `last_event_index`, else the

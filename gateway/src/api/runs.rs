@@ -300,8 +300,9 @@ pub(super) async fn respond_run(
         view = handle.outcome() => view?,
         _ = shutdown.cancelled() => return Err(ApiError::ShuttingDown),
     };
-    // A run answered without its end would read as still running forever (issue 13).
-    if !view.status.is_terminal() {
+    // A run answered without its end would read as still running forever (issue 13);
+    // a paused run answers as it is, waiting for its decision.
+    if !view.status.is_terminal() && view.status != turnstile_projections::RunStatus::Paused {
         return Err(ApiError::Internal(format!(
             "run {} ended its stream without a terminal event",
             view.run_id

@@ -62,6 +62,20 @@ pub struct AgentConfig {
     pub workspace_max_files: usize,
     /// **ext**: paths neither captured nor removed (gitignore-like patterns).
     pub workspace_ignore: Option<Vec<String>>,
+    /// **ext**: tool-name patterns (`*` any run of characters) whose calls wait for a
+    /// person's decision (`spec/approvals.md`).
+    #[serde(default)]
+    pub approvals: Vec<String>,
+    /// **ext**: seconds an undecided call waits before it is denied (`timed out`); 0
+    /// waits for ever.
+    #[serde(default = "approval_timeout_s")]
+    pub approval_timeout_s: u64,
+    /// **ext**: wait out a usage limit until it resets instead of failing the run.
+    #[serde(default)]
+    pub wait_on_usage_limit: bool,
+    /// **ext**: the longest such wait, in seconds.
+    #[serde(default = "max_usage_wait_s")]
+    pub max_usage_wait_s: u64,
     /// List a streamed run's events on the run (agno's `store_events`, which AgentOS
     /// turns on for external agents: default on; the journal keeps every event
     /// regardless).
@@ -98,6 +112,14 @@ fn max_files() -> usize {
     100_000
 }
 
+fn approval_timeout_s() -> u64 {
+    86_400
+}
+
+fn max_usage_wait_s() -> u64 {
+    21_600
+}
+
 pub(super) fn default_agents() -> Vec<AgentConfig> {
     vec![AgentConfig {
         id: "scripted".into(),
@@ -114,6 +136,10 @@ pub(super) fn default_agents() -> Vec<AgentConfig> {
         workspace_max_file_bytes: max_file_bytes(),
         workspace_max_files: max_files(),
         workspace_ignore: None,
+        approvals: Vec::new(),
+        approval_timeout_s: approval_timeout_s(),
+        wait_on_usage_limit: false,
+        max_usage_wait_s: max_usage_wait_s(),
         store_events: true,
         events_to_skip: None,
         harness: HarnessConfig::default(),
@@ -193,6 +219,13 @@ impl Config {
                         WorkspaceMode::Session => turnstile_actors::Workspace::Session,
                     },
                     snapshots: agent.snapshots()?,
+                    approval: turnstile_actors::ApprovalPolicy {
+                        tools: turnstile_harness::Approvals::new(agent.approvals.clone()),
+                        timeout: (agent.approval_timeout_s > 0)
+                            .then(|| std::time::Duration::from_secs(agent.approval_timeout_s)),
+                        wait_on_usage_limit: agent.wait_on_usage_limit,
+                        max_usage_wait: std::time::Duration::from_secs(agent.max_usage_wait_s),
+                    },
                 })
             })
             .collect()

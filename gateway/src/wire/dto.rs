@@ -160,6 +160,15 @@ pub struct ToolCall {
     pub tool_call_error: bool,
     /// The call that delegated it (a subagent's tool calls name their `Task`).
     pub parent_tool_call_id: Option<String>,
+    /// The call waited (or waits) for a person's decision (`approvals`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requires_confirmation: bool,
+    /// The decision, once made (`null` while it waits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmed: Option<bool>,
+    /// The decision's note.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation_note: Option<String>,
 }
 
 impl From<&ToolView> for ToolCall {
@@ -171,6 +180,9 @@ impl From<&ToolView> for ToolCall {
             result: tool.result.clone(),
             tool_call_error: tool.tool_call_error,
             parent_tool_call_id: tool.parent_tool_call_id.clone(),
+            requires_confirmation: tool.requires_confirmation,
+            confirmed: tool.confirmed,
+            confirmation_note: tool.confirmation_note.clone(),
         }
     }
 }
@@ -248,6 +260,11 @@ pub struct RunOutput {
     pub created_at: i64,
     /// Seconds since the epoch.
     pub updated_at: i64,
+    /// While the run is `PAUSED`: one requirement per call waiting for a decision
+    /// (agno's `RunRequirement`: `id`, `created_at`, `tool_execution`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub requirements: Option<Vec<Value>>,
     /// The stored events of a streamed run whose agent keeps them, less the skipped
     /// types (by default `RunContent`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -295,6 +312,13 @@ pub fn run_output(run: &RunView, agent_name: &str, sdk: String) -> RunOutput {
         forked_from_message_index: run.fork.as_ref().map(|fork| fork.message_index),
         created_at: seconds(run.created_at_us),
         updated_at: seconds(run.updated_at_us),
+        requirements: (run.status == turnstile_projections::RunStatus::Paused).then(|| {
+            let paused_at = run.paused_at_us.unwrap_or(run.updated_at_us);
+            run.pending
+                .iter()
+                .map(|tool| crate::wire::events::requirement_json(tool, paused_at))
+                .collect()
+        }),
         events: None,
     }
 }

@@ -109,6 +109,28 @@ pub fn tool_json(tool: &ToolCall) -> Value {
     tool_object(tool).into_value()
 }
 
+/// agno's `ToolExecution` of a call that waits for a person's decision.
+fn pending_object(tool: &ToolCall) -> Object<'_> {
+    let mut object = tool_object(tool);
+    object.insert("requires_confirmation", Field::Bool(true));
+    object.insert("confirmed", Field::Json(Value::Null));
+    object
+}
+
+/// agno's `RunRequirement` of a paused call (its id is the call's: stable on every
+/// read and replica), as `RunRequirement.to_dict` writes it.
+pub fn requirement_json(tool: &ToolCall, paused_at_us: i64) -> Value {
+    Object::new(vec![
+        ("id", Field::Str(&tool.tool_call_id)),
+        (
+            "created_at",
+            Field::Json(Value::String(super::iso_of_us(paused_at_us))),
+        ),
+        ("tool_execution", Field::Object(pending_object(tool))),
+    ])
+    .into_value()
+}
+
 fn warning_object(warning: &Warning) -> Object<'_> {
     match warning {
         Warning::Retry {
@@ -163,6 +185,19 @@ fn warning_object(warning: &Warning) -> Object<'_> {
                 )),
             ),
         ]),
+        Warning::UsageLimit {
+            resets_at_us,
+            attempt,
+            message,
+        } => Object::new(vec![
+            ("type", Field::Str("usage_limit")),
+            (
+                "resets_at",
+                Field::Json(Value::String(super::iso_of_us(*resets_at_us))),
+            ),
+            ("attempt", Field::Count(u64::from(*attempt))),
+            ("message", Field::Str(message)),
+        ]),
     }
 }
 
@@ -190,6 +225,8 @@ pub fn event_type(event: &RunEvent) -> &'static str {
         RunEvent::Completed { .. } => "RunCompleted",
         RunEvent::Failed { .. } => "RunError",
         RunEvent::Cancelled { .. } => "RunCancelled",
+        RunEvent::Paused { .. } => "RunPaused",
+        RunEvent::Continued { .. } => "RunContinued",
     }
 }
 
@@ -250,6 +287,28 @@ fn event_object<'a>(event: &'a WireEvent, who: &'a Who) -> Object<'a> {
             ("reason", Field::Str(reason)),
             ("content", Field::Str(reason)),
         ]),
+        RunEvent::Paused { tools } => fields.extend([
+            (
+                "tools",
+                Field::Json(Value::Array(
+                    tools
+                        .iter()
+                        .map(|tool| pending_object(tool).into_value())
+                        .collect(),
+                )),
+            ),
+            (
+                "requirements",
+                Field::Json(Value::Array(
+                    tools
+                        .iter()
+                        .map(|tool| requirement_json(tool, event.ts_us))
+                        .collect(),
+                )),
+            ),
+        ]),
+        // agno's `RunContinued` carries only the common fields.
+        RunEvent::Continued { .. } => {}
     }
     Object::new(fields)
 }

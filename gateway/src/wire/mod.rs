@@ -14,3 +14,18 @@ pub const AS_OF_HEADER: &str = "x-turnstile-as-of";
 pub fn date_of(seconds: i64) -> String {
     turnstile_projections::date_of_us(seconds.saturating_mul(1_000_000))
 }
+
+/// A time in microseconds since the epoch as ISO 8601 in UTC (`2026-12-03T20:22:35.123456+00:00`),
+/// as Python's `datetime.isoformat()` writes it and `fromisoformat` reads it.
+pub fn iso_of_us(us: i64) -> String {
+    let seconds = us.div_euclid(1_000_000);
+    let micros = us.rem_euclid(1_000_000);
+    let of_day = seconds.rem_euclid(86_400);
+    format!(
+        "{}T{:02}:{:02}:{:02}.{micros:06}+00:00",
+        turnstile_projections::date_of_us(us),
+        of_day / 3_600,
+        of_day % 3_600 / 60,
+        of_day % 60
+    )
+}

@@ -27,6 +27,7 @@ pub(super) fn outcome(
         return Ok(TurnOutcome {
             content,
             usage: usage(result),
+            paused: Vec::new(),
         });
     }
     let mut message = result["result"].as_str().unwrap_or_default().to_owned();

@@ -457,6 +457,9 @@ impl<D: Dialect> CliHarness<D> {
             output_schema: None,
             cwd: request.cwd.clone(),
             settled: None,
+            approvals: Default::default(),
+            paused_before: false,
+            decisions: Vec::new(),
         };
         let collect = tokio::spawn(async move {
             let mut lines = Vec::new();

@@ -67,6 +67,7 @@ pub(crate) fn outcome(
         "completed" => Ok(TurnOutcome {
             content: answer(turn),
             usage: usage(codex, turn),
+            paused: Vec::new(),
         }),
         "interrupted" => Err(HarnessError::Cancelled),
         _ => {

@@ -11,14 +11,15 @@
 
 mod files;
 mod parse;
+mod pause;
 
 use futures::future::BoxFuture;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    CompactRequest, Compaction, ErrorKind, EventSink, Harness, HarnessError, HarnessEvent,
-    HarnessInfo, ToolCall, TurnOutcome, TurnRequest, Usage,
+    CompactRequest, Compaction, Decision, ErrorKind, EventSink, Harness, HarnessError,
+    HarnessEvent, HarnessInfo, ToolCall, TurnOutcome, TurnRequest, Usage,
 };
 pub use parse::DIRECTIVES;
 use parse::{Script, Step, big_text, json_text, parse};
@@ -111,13 +112,19 @@ async fn run(
         .clone()
         .unwrap_or_else(|| format!("scripted-{}", uuid::Uuid::now_v7()));
     emit(&events, HarnessEvent::SessionStarted { harness_session_id }).await?;
-    let user_line =
-        json!({"type": "user", "uuid": uuid::Uuid::now_v7().to_string(), "text": request.message});
-    transcript_line(&events, user_line).await?;
-    let mut tool_number = 0u32;
+    let continuation = pause::continuation(&request)?;
+    if !request.paused_before {
+        let user_line = json!({"type": "user", "uuid": uuid::Uuid::now_v7().to_string(), "text": request.message});
+        transcript_line(&events, user_line).await?;
+    }
+    let mut counts = Counts::default();
     for step in &script.steps {
         check(&cancel)?;
-        play(step, &request, &events, &cancel, &mut tool_number).await?;
+        if let Some(paused) =
+            play(step, &request, &events, &cancel, &mut counts, &continuation).await?
+        {
+            return Ok(TurnOutcome::paused(vec![paused]));
+        }
     }
     check(&cancel)?;
     if script.compact {
@@ -144,7 +151,11 @@ async fn run(
             ..Usage::default()
         },
     };
-    Ok(TurnOutcome { content, usage })
+    Ok(TurnOutcome {
+        content,
+        usage,
+        paused: Vec::new(),
+    })
 }
 
 /// Emits one transcript line.
@@ -158,14 +169,26 @@ async fn transcript_line(events: &EventSink, line: serde_json::Value) -> Result<
     .await
 }
 
-/// Plays one step of the script: a tool call, a sleep (cancellable), or a failure.
+/// A turn's tool calls so far: those the script asked for (the turn's, over its
+/// attempts when it paused), and those completed in this attempt.
+#[derive(Debug, Default)]
+struct Counts {
+    asked: u32,
+    completed_here: u64,
+}
+
+/// Plays one step of the script: a tool call, a sleep (cancellable), or a failure. A
+/// step the turn played before its pause is skipped; a call that must wait for a
+/// decision pauses the turn (`Some`: the call waiting).
 async fn play(
     step: &Step,
     request: &TurnRequest,
     events: &EventSink,
     cancel: &CancellationToken,
-    tool_number: &mut u32,
-) -> Result<(), HarnessError> {
+    counts: &mut Counts,
+    continuation: &pause::Continuation,
+) -> Result<Option<ToolCall>, HarnessError> {
+    let before_pause = counts.asked < continuation.asked;
     match step {
         Step::Tool {
             name,
@@ -175,9 +198,16 @@ async fn play(
             result_bytes,
             file,
         } => {
-            *tool_number += 1;
+            counts.asked += 1;
+            let waiting = continuation
+                .waiting
+                .as_ref()
+                .filter(|_| counts.asked == continuation.asked);
+            if before_pause && waiting.is_none() {
+                return Ok(None);
+            }
             let call = ScriptedCall {
-                number: *tool_number,
+                number: counts.asked,
                 name,
                 args,
                 error: *error,
@@ -185,19 +215,32 @@ async fn play(
                 result_bytes: *result_bytes,
                 file: file.as_ref(),
             };
-            call_tool(request, events, call).await?;
+            let decided = match waiting {
+                Some(waiting) => match decision_on(request, waiting) {
+                    Some(decision) => Some(decision),
+                    // Asked before, still undecided: it waits again.
+                    None => return Ok(Some(waiting.clone())),
+                },
+                None if request.approvals.matches(call.tool().0) => {
+                    return ask(request, events, &call).await.map(Some);
+                }
+                None => None,
+            };
+            call_tool(request, events, call, decided).await?;
+            counts.completed_here += 1;
             // The runtime records the workspace after the call before the next one runs.
             if let Some(settled) = &request.settled {
                 tokio::select! {
-                    () = settled.wait(u64::from(*tool_number)) => {}
+                    () = settled.wait(counts.completed_here) => {}
                     _ = cancel.cancelled() => return Err(HarnessError::Cancelled),
                 }
             }
-            Ok(())
+            Ok(None)
         }
+        _ if before_pause => Ok(None),
         Step::Sleep(duration) => {
             tokio::select! {
-                _ = tokio::time::sleep(*duration) => Ok(()),
+                _ = tokio::time::sleep(*duration) => Ok(None),
                 _ = cancel.cancelled() => Err(HarnessError::Cancelled),
             }
         }
@@ -210,7 +253,7 @@ async fn play(
                 ),
             })
         }
-        Step::FailTransient(_) => Ok(()),
+        Step::FailTransient(_) => Ok(None),
         Step::FailPermanent(kind) => Err(HarnessError::Failed {
             kind: *kind,
             message: format!("scripted permanent failure: {}", kind.slug()),
@@ -233,40 +276,86 @@ struct ScriptedCall<'a> {
     file: Option<&'a files::FileAction>,
 }
 
-/// A scripted tool call: started, its use and result lines, completed.
+impl ScriptedCall<'_> {
+    /// The call's name and arguments as its events carry them.
+    fn tool(&self) -> (&str, &str) {
+        (self.name, self.args)
+    }
+
+    /// The call as its events carry it, without a result.
+    fn journaled(&self, request: &TurnRequest) -> ToolCall {
+        ToolCall {
+            tool_call_id: format!(
+                "call_{}_{}_{}",
+                request.run_id, request.attempt, self.number
+            ),
+            tool_name: self.name.to_owned(),
+            tool_args: self.args.to_owned(),
+            result: None,
+            tool_call_error: false,
+            // `#N` names this attempt's N-th call (its id is made here).
+            parent_tool_call_id: self.parent.map(|parent| {
+                match parent.strip_prefix('#').and_then(|n| n.parse::<u32>().ok()) {
+                    Some(n) => format!("call_{}_{}_{n}", request.run_id, request.attempt),
+                    None => parent.to_owned(),
+                }
+            }),
+        }
+    }
+}
+
+/// The decision on a call the turn paused on, if the request carries one.
+fn decision_on<'a>(request: &'a TurnRequest, waiting: &ToolCall) -> Option<&'a Decision> {
+    request
+        .decisions
+        .iter()
+        .find(|decision| decision.tool.tool_call_id == waiting.tool_call_id)
+}
+
+/// A call that waits for a decision: its use line is written (the model asked for it),
+/// and the turn pauses before it runs.
+async fn ask(
+    request: &TurnRequest,
+    events: &EventSink,
+    call: &ScriptedCall<'_>,
+) -> Result<ToolCall, HarnessError> {
+    let tool = call.journaled(request);
+    let use_line =
+        json!({"type": "tool_use", "id": tool.tool_call_id, "name": call.name, "input": call.args});
+    transcript_line(events, use_line).await?;
+    Ok(tool)
+}
+
+/// A scripted tool call: started, its use and result lines, completed. A call decided
+/// after a pause keeps its id and use line; denied, it does not run and its result
+/// says so.
 async fn call_tool(
     request: &TurnRequest,
     events: &EventSink,
     call: ScriptedCall<'_>,
+    decided: Option<&Decision>,
 ) -> Result<(), HarnessError> {
+    let mut tool = match decided {
+        Some(decision) => decision.tool.clone(),
+        None => call.journaled(request),
+    };
     let ScriptedCall {
-        number,
         name,
-        args,
         mut error,
-        parent,
         result_bytes,
         file,
+        ..
     } = call;
-    let mut tool = ToolCall {
-        tool_call_id: format!("call_{}_{}_{number}", request.run_id, request.attempt),
-        tool_name: name.to_owned(),
-        tool_args: args.to_owned(),
-        result: None,
-        tool_call_error: false,
-        // `#N` names this attempt's N-th call (its id is made here).
-        parent_tool_call_id: parent.map(|parent| {
-            match parent.strip_prefix('#').and_then(|n| n.parse::<u32>().ok()) {
-                Some(n) => format!("call_{}_{}_{n}", request.run_id, request.attempt),
-                None => parent.to_owned(),
-            }
-        }),
-    };
     emit(events, HarnessEvent::ToolCallStarted { tool: tool.clone() }).await?;
-    let use_line =
-        json!({"type": "tool_use", "id": tool.tool_call_id, "name": name, "input": args});
-    transcript_line(events, use_line).await?;
+    if decided.is_none() {
+        let use_line = json!({"type": "tool_use", "id": tool.tool_call_id, "name": name, "input": tool.tool_args});
+        transcript_line(events, use_line).await?;
+    }
     let result = match (file, result_bytes) {
+        _ if decided.is_some_and(|decision| !decision.confirmed) => {
+            error = true;
+            decided.map(Decision::denial).unwrap_or_default()
+        }
         (Some(file), _) => {
             let root = request
                 .cwd
@@ -314,6 +403,7 @@ async fn compact_turn(
     Ok(TurnOutcome {
         content,
         usage: Usage::default(),
+        paused: Vec::new(),
     })
 }
 

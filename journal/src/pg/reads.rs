@@ -173,7 +173,7 @@ impl PgJournal {
         })
     }
 
-    pub(crate) fn agent_run_counts(&self, agent_id: &str) -> [u64; 5] {
+    pub(crate) fn agent_run_counts(&self, agent_id: &str) -> [u64; 6] {
         let agent = agent_id.to_owned();
         let counted = self.with_client(move |client| async move {
             let rows = client
@@ -183,7 +183,7 @@ impl PgJournal {
                     &[&agent],
                 )
                 .await?;
-            let mut counts = [0u64; 5];
+            let mut counts = [0u64; 6];
             for row in rows {
                 let status: String = row.get(0);
                 let count: i64 = row.get(1);
@@ -197,7 +197,7 @@ impl PgJournal {
             Ok(counts) => counts,
             Err(error) => {
                 tracing::error!(%error, "counting an agent's runs failed");
-                [0; 5]
+                [0; 6]
             }
         }
     }

@@ -36,7 +36,7 @@ impl StagedRuns {
 }
 
 /// Runs per agent and status, in [`IndexedStatus`] order; kept as the run index changes.
-pub(crate) type AgentRunCounts = Arc<Mutex<HashMap<String, [u64; 5]>>>;
+pub(crate) type AgentRunCounts = Arc<Mutex<HashMap<String, [u64; 6]>>>;
 
 pub(super) fn status_slot(byte: u8) -> Option<usize> {
     IndexedStatus::from_byte(byte).map(|status| status as usize)
@@ -55,8 +55,8 @@ pub(super) fn apply_counts(counts: &AgentRunCounts, changes: &[(String, u8, i64)
 }
 
 /// Counts every agent's runs by status from the run index (once, when the journal opens).
-pub(super) fn count_agent_runs(tree: &sled::Tree) -> Result<HashMap<String, [u64; 5]>, Error> {
-    let mut counts: HashMap<String, [u64; 5]> = HashMap::new();
+pub(super) fn count_agent_runs(tree: &sled::Tree) -> Result<HashMap<String, [u64; 6]>, Error> {
+    let mut counts: HashMap<String, [u64; 6]> = HashMap::new();
     for entry in tree.scan_prefix([AGENT_RUNS]) {
         let (key, value) = entry?;
         let agent = key
@@ -67,7 +67,7 @@ pub(super) fn count_agent_runs(tree: &sled::Tree) -> Result<HashMap<String, [u64
             match counts.get_mut(agent) {
                 Some(count) => count[slot] += 1,
                 None => {
-                    let mut count = [0; 5];
+                    let mut count = [0; 6];
                     count[slot] = 1;
                     counts.insert(agent.to_owned(), count);
                 }

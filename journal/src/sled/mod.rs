@@ -426,7 +426,7 @@ impl SledJournal {
 
     /// How many runs an agent has with each status, in [`IndexedStatus`] order (kept
     /// as runs change; counts runs applied and not yet durable too).
-    pub fn agent_run_counts(&self, agent_id: &str) -> [u64; 5] {
+    pub fn agent_run_counts(&self, agent_id: &str) -> [u64; 6] {
         self.inner
             .agent_run_counts
             .lock()

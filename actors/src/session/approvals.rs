@@ -1,0 +1,217 @@
+//! A paused run (`spec/approvals.md`): it holds its session but no worker slot and no
+//! run task; its decisions are journaled here (`RunEvent::Continued`, at the run's next
+//! event index) and the same run queues again, first, to go on from its pause. An
+//! undecided call is denied when the agent's `approval_timeout_s` has passed since the
+//! pause, on whichever actor holds the session then (the pause's time is journaled).
+
+use crate::api::{DecideRun, Refused, RuntimeError};
+use crate::session::{Accepted, Queued, SessionActor};
+use actix::prelude::*;
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use turnstile_journal::{EventIndex, Expected, RunEvent, RunId, ToolDecision};
+use turnstile_projections::{RunStatus, RunView};
+
+/// The note of a call denied because nobody decided in time.
+pub(crate) const TIMED_OUT: &str = "timed out";
+
+/// Decides a paused run's calls.
+#[derive(Message)]
+#[rtype(result = "Result<Result<Accepted, Refused>, RuntimeError>")]
+pub(crate) struct DecideMsg(pub DecideRun);
+
+impl SessionActor {
+    /// The session's paused run, if it has one (it holds the session).
+    pub(super) fn paused_run(&self) -> Option<&RunView> {
+        self.state
+            .open_runs()
+            .find(|run| run.status == RunStatus::Paused)
+    }
+
+    /// Arms the timeout of the session's paused run, if it has one and its agent
+    /// bounds the wait.
+    pub(super) fn arm_approval_timeout(&mut self, ctx: &mut Context<Self>) {
+        let Some(run) = self.paused_run() else {
+            return;
+        };
+        let Some(timeout) = self
+            .shared
+            .agents
+            .get(&run.agent_id)
+            .and_then(|agent| agent.approval.timeout)
+        else {
+            return;
+        };
+        let paused_at_us = run.paused_at_us.unwrap_or(run.updated_at_us);
+        let now_us = now_us();
+        let deadline_us = paused_at_us.saturating_add(timeout.as_micros() as i64);
+        let wait = Duration::from_micros(deadline_us.saturating_sub(now_us).max(0) as u64);
+        let run_id = run.run_id.clone();
+        ctx.run_later(wait, move |actor, ctx| {
+            actor.time_out(&run_id, paused_at_us, ctx);
+        });
+    }
+
+    /// Denies every call of a run still paused since `paused_at_us` (note `timed out`).
+    fn time_out(&mut self, run_id: &RunId, paused_at_us: i64, ctx: &mut Context<Self>) {
+        let still = self
+            .paused_run()
+            .filter(|run| &run.run_id == run_id && run.paused_at_us == Some(paused_at_us));
+        let Some(run) = still else {
+            return;
+        };
+        let decisions = run
+            .pending
+            .iter()
+            .map(|call| ToolDecision {
+                tool_call_id: call.tool_call_id.clone(),
+                confirmed: false,
+                note: Some(TIMED_OUT.to_owned()),
+            })
+            .collect();
+        tracing::info!(%run_id, session_id = %self.session_id, "approval timed out: the pending calls are denied");
+        let command = DecideRun {
+            run_id: run_id.clone(),
+            decisions,
+            decided_by: Some("turnstile".to_owned()),
+        };
+        ctx.address().do_send(DecideMsg(command));
+    }
+
+    /// What is wrong with `decisions` for `run` (`None`: each pending call decided
+    /// once, and nothing else).
+    fn check_decisions(run: &RunView, decisions: &[ToolDecision]) -> Option<String> {
+        let mut seen = HashSet::new();
+        for decision in decisions {
+            if !run
+                .pending
+                .iter()
+                .any(|call| call.tool_call_id == decision.tool_call_id)
+            {
+                return Some(format!(
+                    "tool_call_id {:?} is not a pending call of run {}",
+                    decision.tool_call_id, run.run_id
+                ));
+            }
+            if !seen.insert(decision.tool_call_id.as_str()) {
+                return Some(format!(
+                    "tool_call_id {:?} is decided twice",
+                    decision.tool_call_id
+                ));
+            }
+        }
+        run.pending
+            .iter()
+            .find(|call| !seen.contains(call.tool_call_id.as_str()))
+            .map(|call| {
+                format!(
+                    "the pending call {} ({}) is left undecided: every pending call needs confirmed true or false",
+                    call.tool_call_id, call.tool_name
+                )
+            })
+    }
+}
+
+impl Handler<DecideMsg> for SessionActor {
+    type Result = ResponseActFuture<Self, Result<Result<Accepted, Refused>, RuntimeError>>;
+
+    fn handle(&mut self, DecideMsg(command): DecideMsg, ctx: &mut Self::Context) -> Self::Result {
+        self.last_active = Instant::now();
+        let refuse = |refused| -> Self::Result { Box::pin(fut::ready(Ok(Err(refused)))) };
+        if let Some(owner) = self.remote.clone() {
+            return Box::pin(fut::ready(Err(self.elsewhere(&owner, ctx))));
+        }
+        if let Some(error) = self.broken_error() {
+            return Box::pin(fut::ready(Err(error)));
+        }
+        if let Err(error) = self.ensure_fresh(ctx) {
+            return Box::pin(fut::ready(Err(error)));
+        }
+        let run_id = command.run_id.clone();
+        let Some(run) = self.state.run(&run_id).filter(|run| self.state.owns(run)) else {
+            return refuse(Refused::UnknownRun { run_id });
+        };
+        let ending = self.ending.contains(&run_id);
+        if run.status != RunStatus::Paused || self.deciding.is_some() || ending {
+            let status = match run.status {
+                // Its cancellation is on its way to the journal.
+                RunStatus::Paused if ending => "CANCELLED",
+                // A decision on its way to the journal: the run is going on.
+                RunStatus::Paused => "RUNNING",
+                other => other.as_str(),
+            };
+            return refuse(Refused::NotPaused {
+                run_id,
+                status: status.to_owned(),
+            });
+        }
+        if let Some(reason) = Self::check_decisions(run, &command.decisions) {
+            return refuse(Refused::InvalidDecision { reason });
+        }
+        let index = EventIndex(run.event_count);
+        let continued = self.identity(&run_id).emitted(
+            index,
+            RunEvent::Continued {
+                decisions: command.decisions,
+                decided_by: command.decided_by,
+            },
+        );
+        self.deciding = Some(run_id.clone());
+        let live = self.shared.ensure_live(&run_id).subscribe();
+        let journal = self.shared.journal.clone();
+        let session_id = self.session_id.clone();
+        Box::pin(
+            async move {
+                journal
+                    .append(&session_id, Expected::Any, vec![continued])
+                    .await
+            }
+            .into_actor(self)
+            .map(move |result, actor, ctx| {
+                actor.deciding = None;
+                let records = match result {
+                    Ok(Ok(records)) => records,
+                    failure => {
+                        // What the journal took is not known: read it again (crash-only);
+                        // the run stays paused unless the decision was durable.
+                        actor.shared.remove_live(&run_id);
+                        actor.stale = true;
+                        actor.heal_later(ctx);
+                        return Err(match failure {
+                            Err(error) => {
+                                actor.check_fenced(&error, ctx);
+                                RuntimeError::from(error)
+                            }
+                            Ok(Err(conflict)) => RuntimeError::Conflict(conflict),
+                            Ok(Ok(_)) => unreachable!("handled above"),
+                        });
+                    }
+                };
+                actor.apply(&records);
+                let from_seq = records.first().map(|record| record.seq).unwrap_or_default();
+                // The run goes on first: it holds the session.
+                actor.queue.push_front(Queued {
+                    run_id: run_id.clone(),
+                    durable: true,
+                    resume: true,
+                });
+                actor.shared.queued.fetch_add(1, Ordering::SeqCst);
+                actor.pump(ctx);
+                Ok(Ok(Accepted {
+                    run_id,
+                    live,
+                    from_seq,
+                    from_index: index,
+                }))
+            }),
+        )
+    }
+}
+
+/// Now, in microseconds since the epoch (as journal records tell time).
+pub(crate) fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros() as i64)
+}
