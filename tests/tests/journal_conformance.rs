@@ -285,9 +285,9 @@ fn indexes_follow_runs_sessions_and_keys(place: Place) {
         .collect();
     assert_eq!(oldest, [run("r1"), run("r2")]);
     // Pending, Running, Completed, Error, Cancelled.
-    assert_eq!(journal.agent_run_counts("agent"), [0, 1, 1, 0, 0]);
-    assert_eq!(journal.agent_run_counts("other"), [1, 0, 0, 0, 0]);
-    assert_eq!(journal.agent_run_counts("nobody"), [0; 5]);
+    assert_eq!(journal.agent_run_counts("agent"), [0, 1, 1, 0, 0, 0]);
+    assert_eq!(journal.agent_run_counts("other"), [1, 0, 0, 0, 0, 0]);
+    assert_eq!(journal.agent_run_counts("nobody"), [0; 6]);
 }
 
 fn a_deleted_session_leaves_the_lists(place: Place) {
