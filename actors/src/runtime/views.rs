@@ -35,6 +35,30 @@ impl Runtime {
         Ok(self.session_state(session_id)?.map(|state| state.runs))
     }
 
+    /// The paused runs (`spec/approvals.md`), each with its pending calls, oldest pause
+    /// first, of one agent or session when asked: read from the journal's open runs (a
+    /// paused run is open), so every replica lists the same, after any restart.
+    pub fn paused_runs(
+        &self,
+        agent_id: Option<&str>,
+        session_id: Option<&SessionId>,
+    ) -> Result<Vec<RunView>, RuntimeError> {
+        let mut paused = Vec::new();
+        for (run_id, session) in self.journal().open_runs()? {
+            if session_id.is_some_and(|wanted| *wanted != session) {
+                continue;
+            }
+            let Some(run) = self.run_view(&run_id)? else {
+                continue;
+            };
+            if run.status == RunStatus::Paused && agent_id.is_none_or(|id| id == run.agent_id) {
+                paused.push(run);
+            }
+        }
+        paused.sort_by_key(|run| (run.paused_at_us, run.run_id.to_string()));
+        Ok(paused)
+    }
+
     /// A run's view: its stored form once it has ended, else its session's state.
     pub fn run_view(&self, run_id: &RunId) -> Result<Option<RunView>, RuntimeError> {
         crate::reads::run_view(self.journal(), run_id)

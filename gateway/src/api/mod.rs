@@ -4,6 +4,7 @@
 //! Handlers hold no state of their own beyond the [`AppState`]; everything they answer
 //! comes from the runtime, which reads it from the journal.
 
+mod approvals;
 pub mod attachments;
 pub mod body;
 pub mod error;
@@ -103,6 +104,7 @@ pub fn router(state: AppState) -> Router {
             post(sessions::compact_session),
         )
         .route("/sessions", get(sessions::list_sessions))
+        .route("/approvals", get(approvals::list_approvals))
         .route("/metrics", get(metrics::daily))
         .route("/metrics/prometheus", get(metrics::prometheus))
         .route(

@@ -33,6 +33,7 @@ use crate::api::error::ErrorBody;
         super::resume::continue_run,
         super::sessions::compact_session,
         super::sessions::list_sessions,
+        super::approvals::list_approvals,
         super::sessions::get_session,
         super::sessions::delete_session,
         super::sessions::get_session_runs,

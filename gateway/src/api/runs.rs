@@ -429,8 +429,8 @@ pub(super) async fn cancel_run(
 pub(super) struct AgentRunsQuery {
     /// Only this session's runs.
     session_id: Option<String>,
-    /// Only runs with this status (`pending`, `running`, `completed`, `error`,
-    /// `cancelled`; any case).
+    /// Only runs with this status (`pending`, `running`, `paused`, `completed`,
+    /// `error`, `cancelled`; any case).
     status: Option<String>,
     /// Runs per page, 1 to 100 (default 20).
     #[param(value_type = Option<u32>, minimum = 1, maximum = 100)]
@@ -469,9 +469,10 @@ pub(super) async fn list_agent_runs(
         Some("COMPLETED") => Some(RunStatus::Completed),
         Some("ERROR") => Some(RunStatus::Error),
         Some("CANCELLED") => Some(RunStatus::Cancelled),
+        Some("PAUSED") => Some(RunStatus::Paused),
         Some(other) => {
             return Err(ApiError::Unprocessable(format!(
-                "status must be one of pending, running, completed, error, cancelled, got {other:?}"
+                "status must be one of pending, running, paused, completed, error, cancelled, got {other:?}"
             )));
         }
     };

@@ -146,7 +146,7 @@ enum RunsCommand {
         /// Only this session's.
         #[arg(long)]
         session: Option<String>,
-        /// Only runs of this status (pending, running, completed, error, cancelled).
+        /// Only runs of this status (pending, running, paused, completed, error, cancelled).
         #[arg(long)]
         status: Option<String>,
         /// Runs per page (default 20, at most 100).
@@ -188,6 +188,40 @@ enum RunsCommand {
         /// Only the events after this index (default: from the first).
         #[arg(long)]
         after: Option<i64>,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Approve a paused run's pending calls (all of them, or those named): the run goes
+    /// on in the background.
+    Approve {
+        /// The paused run.
+        run: String,
+        /// Its agent (default: found from the run).
+        #[arg(long)]
+        agent: Option<String>,
+        /// Only this pending call (repeat for several; every pending call must be decided).
+        #[arg(long = "call")]
+        calls: Vec<String>,
+        /// A note recorded with the decision.
+        #[arg(long)]
+        note: Option<String>,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Deny a paused run's pending calls (all of them, or those named): they never run,
+    /// the model is told (with the note), and the run goes on in the background.
+    Deny {
+        /// The paused run.
+        run: String,
+        /// Its agent (default: found from the run).
+        #[arg(long)]
+        agent: Option<String>,
+        /// Only this pending call (repeat for several; every pending call must be decided).
+        #[arg(long = "call")]
+        calls: Vec<String>,
+        /// Why, told to the model.
+        #[arg(long)]
+        note: Option<String>,
         #[command(flatten)]
         remote: Remote,
     },

@@ -78,6 +78,38 @@ pub(super) fn runs(command: RunsCommand) -> anyhow::Result<ExitCode> {
             let (target, runtime) = remote(&r)?;
             client::exit(runtime.block_on(client::runs_tail(&target, agent, &run, after, r.json)))
         }
+        RunsCommand::Approve {
+            run,
+            agent,
+            calls,
+            note,
+            remote: r,
+        } => decide(
+            &r,
+            agent,
+            &run,
+            client::Decision {
+                confirmed: true,
+                calls,
+                note,
+            },
+        ),
+        RunsCommand::Deny {
+            run,
+            agent,
+            calls,
+            note,
+            remote: r,
+        } => decide(
+            &r,
+            agent,
+            &run,
+            client::Decision {
+                confirmed: false,
+                calls,
+                note,
+            },
+        ),
         RunsCommand::Continue {
             run,
             agent,
@@ -91,6 +123,19 @@ pub(super) fn runs(command: RunsCommand) -> anyhow::Result<ExitCode> {
             )))
         }
     }
+}
+
+/// `turnstile runs approve|deny`.
+fn decide(
+    r: &Remote,
+    agent: Option<String>,
+    run: &str,
+    decision: crate::client::Decision,
+) -> anyhow::Result<ExitCode> {
+    let (target, runtime) = remote(r)?;
+    crate::client::exit(runtime.block_on(crate::client::runs_decide(
+        &target, agent, run, decision, r.json,
+    )))
 }
 
 pub(super) fn bench_baseline(addr: &str) -> anyhow::Result<ExitCode> {

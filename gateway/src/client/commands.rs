@@ -6,7 +6,7 @@ use crate::client::print::{
     text, time,
 };
 use crate::client::{Failure, TERMINAL, Target, query, typed};
-use crate::wire::dto::{RunOutput, RunPage, SessionDetail, SessionPage};
+use crate::wire::dto::{RunOutput, RunPage, SessionDetail, SessionPage, ToolCall};
 use futures::StreamExt;
 use serde_json::Value;
 use std::io::Write;
@@ -170,6 +170,100 @@ pub async fn runs_cancel(
         (_, "CANCELLED") => outln!("run {run_id} cancelled"),
         (_, status) => outln!("cancel of {run_id} recorded; the run is {status}"),
     }
+    Ok(())
+}
+
+/// What `turnstile runs approve|deny` decides.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    /// Approve (else deny).
+    pub confirmed: bool,
+    /// The calls named (empty: every pending call).
+    pub calls: Vec<String>,
+    /// The note.
+    pub note: Option<String>,
+}
+
+/// `turnstile runs approve|deny RUN`: decides the paused run's pending calls (all, or
+/// those named) and lets it go on in the background; says what was decided.
+pub async fn runs_decide(
+    target: &Target,
+    agent: Option<String>,
+    run_id: &str,
+    decision: Decision,
+    json: bool,
+) -> Result<(), Failure> {
+    let agent = target.agent_of(agent, Some(run_id)).await?;
+    let path = format!("/agents/{agent}/runs/{run_id}");
+    let Some(run) = target.found(&path).await? else {
+        return Err(Failure::Refused(format!("run {run_id} not found")));
+    };
+    let run: RunOutput = typed(run)?;
+    if run.status != "PAUSED" {
+        return Err(Failure::Refused(format!(
+            "run {run_id} is {}, not paused: it has no call waiting for a decision",
+            run.status
+        )));
+    }
+    let pending: Vec<&ToolCall> = run
+        .tools
+        .iter()
+        .filter(|tool| tool.requires_confirmation && tool.confirmed.is_none())
+        .collect();
+    if let Some(unknown) = decision
+        .calls
+        .iter()
+        .find(|call| !pending.iter().any(|tool| &tool.tool_call_id == *call))
+    {
+        return Err(Failure::Refused(format!(
+            "{unknown} is not a pending call of run {run_id}"
+        )));
+    }
+    let decided: Vec<serde_json::Value> = pending
+        .iter()
+        .filter(|tool| decision.calls.is_empty() || decision.calls.contains(&tool.tool_call_id))
+        .map(|tool| {
+            serde_json::json!({
+                "tool_call_id": tool.tool_call_id,
+                "tool_name": tool.tool_name,
+                "confirmed": decision.confirmed,
+                "confirmation_note": decision.note,
+            })
+        })
+        .collect();
+    let form = [
+        (
+            "tools",
+            serde_json::Value::Array(decided.clone()).to_string(),
+        ),
+        ("session_id", run.session_id.clone()),
+        ("stream", "false".to_owned()),
+        ("background", "true".to_owned()),
+    ];
+    let answer = target
+        .json(
+            target
+                .request(reqwest::Method::POST, &format!("{path}/continue"))
+                .form(&form),
+        )
+        .await?;
+    if json {
+        print_json(&answer);
+        return Ok(());
+    }
+    let verdict = if decision.confirmed {
+        "approved"
+    } else {
+        "denied"
+    };
+    for tool in &decided {
+        outln!(
+            "{verdict} {} ({})",
+            tool["tool_call_id"].as_str().unwrap_or_default(),
+            tool["tool_name"].as_str().unwrap_or_default()
+        );
+    }
+    outln!("run {run_id} goes on");
     Ok(())
 }
 

@@ -9,7 +9,8 @@
 
 use crate::config::Config;
 pub use commands::{
-    runs_cancel, runs_continue, runs_list, runs_show, runs_tail, sessions_list, sessions_show,
+    Decision, runs_cancel, runs_continue, runs_decide, runs_list, runs_show, runs_tail,
+    sessions_list, sessions_show,
 };
 use serde_json::Value;
 use std::process::ExitCode;

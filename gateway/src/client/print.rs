@@ -127,6 +127,20 @@ pub(super) fn print_run(run: &RunOutput) {
         );
     }
     outln!("tools     {}", run.tools.len());
+    for tool in run
+        .tools
+        .iter()
+        .filter(|tool| tool.requires_confirmation && tool.confirmed.is_none())
+    {
+        outln!(
+            "waiting   {} {} {} (turnstile runs approve|deny {} --call {})",
+            tool.tool_call_id,
+            tool.tool_name,
+            tool.tool_args,
+            run.run_id,
+            tool.tool_call_id
+        );
+    }
     outln!("tokens    {}", text(&run.metrics["total_tokens"]));
     outln!("content   {}", text(&run.content));
 }

@@ -664,3 +664,49 @@ pub struct Health {
 /// `POST …/cancel`: always `{}` (agno's answer; the intent is recorded).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Empty {}
+
+/// One tool call waiting for a person's decision (`GET /approvals`).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PendingApproval {
+    /// The run's agent.
+    pub agent_id: String,
+    /// The run's session.
+    pub session_id: String,
+    /// The paused run.
+    pub run_id: String,
+    /// The call.
+    pub tool_call_id: String,
+    /// The tool.
+    pub tool_name: String,
+    /// Its arguments.
+    #[schema(value_type = Object)]
+    pub tool_args: Value,
+    /// When the run paused, seconds since the epoch.
+    pub paused_at: i64,
+}
+
+/// `GET /approvals`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ApprovalPage {
+    /// The calls of this page, oldest pause first.
+    pub data: Vec<PendingApproval>,
+    /// Where the page is.
+    pub meta: PageMeta,
+}
+
+/// A paused run's pending call, as `GET /approvals` lists it.
+pub fn pending_approval(
+    run: &RunView,
+    call: &turnstile_journal::ToolCall,
+    paused_at_us: i64,
+) -> PendingApproval {
+    PendingApproval {
+        agent_id: run.agent_id.clone(),
+        session_id: run.session_id.to_string(),
+        run_id: run.run_id.to_string(),
+        tool_call_id: call.tool_call_id.clone(),
+        tool_name: call.tool_name.clone(),
+        tool_args: serde_json::from_str(&call.tool_args).unwrap_or(Value::Null),
+        paused_at: seconds(paused_at_us),
+    }
+}
