@@ -193,6 +193,49 @@ fn describe_run_event(run_id: &RunId, event: &RunEvent) -> Option<String> {
                 }
             )
         }
+        RunEvent::Paused { tools } => format!(
+            "run …{} paused: waiting for a decision on {}",
+            short(run_id),
+            tools
+                .iter()
+                .map(|tool| format!(
+                    "{} {}({})",
+                    tool.tool_call_id,
+                    tool.tool_name,
+                    clip(&tool.tool_args, 50)
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        RunEvent::Continued {
+            decisions,
+            decided_by,
+        } => format!(
+            "run …{} continued{}: {}",
+            short(run_id),
+            decided_by
+                .as_deref()
+                .map(|by| format!(" by {by}"))
+                .unwrap_or_default(),
+            decisions
+                .iter()
+                .map(|decision| format!(
+                    "{} {}{}",
+                    decision.tool_call_id,
+                    if decision.confirmed {
+                        "approved"
+                    } else {
+                        "denied"
+                    },
+                    decision
+                        .note
+                        .as_deref()
+                        .map(|note| format!(" (\"{}\")", clip(note, 40)))
+                        .unwrap_or_default()
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         RunEvent::Warning { warning } => {
             let warning = &crate::wire::events::warning_json(warning);
             match warning["type"].as_str() {

@@ -195,5 +195,409 @@ async fn a_confirmed_call_runs_once_and_a_denied_one_never_30() {
     assert_eq!(runs.as_array().map(Vec::len), Some(1), "{runs}");
     server.terminate();
     verify(dir.path());
-    let _ = Duration::ZERO;
+}
+
+/// The number of client-visible events the run has journaled (`/resume`'s replay).
+async fn event_count(server: &Server, run: &Value) -> usize {
+    let path = format!(
+        "/agents/coder/runs/{}/resume",
+        run["run_id"].as_str().unwrap()
+    );
+    let body = http_client()
+        .post(server.url(&path))
+        .form(&[("session_id", run["session_id"].as_str().unwrap())])
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    parse_sse(&body)
+        .iter()
+        .filter(|frame| frame.id.is_some())
+        .count()
+}
+
+#[tokio::test]
+async fn refused_decisions_record_nothing_and_the_session_stays_busy_30() {
+    let dir = tempfile::tempdir().unwrap();
+    config(dir.path(), "");
+    let server = start(dir.path());
+    let run = turn(
+        &server,
+        "s1",
+        "/tool Bash {\"command\":\"make\"}\n/tool Bash {\"command\":\"make install\"}\nbuilt",
+    )
+    .await;
+    assert_eq!(run["status"], "PAUSED", "{run}");
+    let run_id = run["run_id"].as_str().unwrap();
+    let events = event_count(&server, &run).await;
+
+    // Another turn: the session is busy with the paused run.
+    let (status, busy) = post(
+        &server,
+        "/agents/coder/runs",
+        &[("message", "hi"), ("session_id", "s1"), ("stream", "false")],
+    )
+    .await;
+    assert_eq!(status, 409, "{busy}");
+    assert_eq!(busy["error_type"], "session_busy", "{busy}");
+    assert!(busy["detail"].as_str().unwrap().contains(run_id), "{busy}");
+
+    // Every refusal names what is wrong, and records nothing.
+    let call = run["tools"][0]["tool_call_id"].as_str().unwrap().to_owned();
+    let cases: Vec<(String, u16, &str)> = vec![
+        ("not json".into(), 422, "not JSON"),
+        ("{\"a\": 1}".into(), 422, "array"),
+        ("[{\"confirmed\": true}]".into(), 422, "tool_call_id"),
+        (
+            json!([{"tool_call_id": call, "confirmed": "yes"}]).to_string(),
+            422,
+            "true or false",
+        ),
+        (
+            json!([{"tool_call_id": "call_other", "confirmed": true}]).to_string(),
+            422,
+            "call_other",
+        ),
+        (
+            json!([{"tool_call_id": call, "confirmed": null}]).to_string(),
+            422,
+            "undecided",
+        ),
+        (
+            json!([{"tool_call_id": call, "confirmed": true}, {"tool_call_id": call, "confirmed": false}]).to_string(),
+            422,
+            "twice",
+        ),
+    ];
+    for (tools, expected, says) in cases {
+        let (status, answer) = decide(&server, &run, &tools, false).await;
+        assert_eq!(status, expected, "{tools}: {answer}");
+        assert!(
+            answer["detail"].as_str().unwrap_or_default().contains(says),
+            "{tools}: {answer}"
+        );
+    }
+    // With continue_from, tools are refused; without tools, a paused run is not continued.
+    let path = format!("/agents/coder/runs/{run_id}/continue");
+    let tools = decided(&run, &[(true, None)]);
+    let (status, answer) = post(
+        &server,
+        &path,
+        &[
+            ("tools", tools.as_str()),
+            ("continue_from", "end"),
+            ("session_id", "s1"),
+            ("stream", "false"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 422, "{answer}");
+    let (status, answer) = post(&server, &path, &[("session_id", "s1"), ("stream", "false")]).await;
+    assert_eq!(status, 409, "{answer}");
+    assert_eq!(event_count(&server, &run).await, events);
+    let still = get(&server, &format!("/agents/coder/runs/{run_id}")).await;
+    assert_eq!(still["status"], "PAUSED", "{still}");
+
+    // Decided: the second call pauses the same run again; cancelled, it ends at once.
+    let (status, again) = decide(&server, &run, &tools, false).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["status"], "PAUSED", "{again}");
+    let cancel = http_client()
+        .post(server.url(&format!("/agents/coder/runs/{run_id}/cancel")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancel.status(), 200);
+    let ended = get(&server, &format!("/agents/coder/runs/{run_id}")).await;
+    assert_eq!(ended["status"], "CANCELLED", "{ended}");
+    // A run that is not paused takes no decision.
+    let (status, answer) = decide(&server, &again, &decided(&again, &[(true, None)]), false).await;
+    assert_eq!(status, 409, "{answer}");
+    assert_eq!(answer["error_type"], "run_not_paused", "{answer}");
+    // The session is free again.
+    let next = turn(&server, "s1", "hello").await;
+    assert_eq!(next["status"], "COMPLETED", "{next}");
+    server.terminate();
+    verify(dir.path());
+}
+
+#[tokio::test]
+async fn streams_stop_at_the_pause_and_go_on_from_the_decision_30() {
+    let dir = tempfile::tempdir().unwrap();
+    config(dir.path(), "");
+    let server = start(dir.path());
+    let body = http_client()
+        .post(server.url("/agents/coder/runs"))
+        .form(&[
+            (
+                "message",
+                "/tool Read {}\n/tool Bash {\"command\":\"ls\"}\nlisted",
+            ),
+            ("session_id", "s1"),
+            ("stream", "true"),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let frames = parse_sse(&body);
+    let paused = frames.last().unwrap();
+    assert_eq!(paused.event, "RunPaused", "{body}");
+    assert_eq!(paused.data["tools"][0]["tool_name"], "Bash");
+    assert_eq!(paused.data["tools"][0]["requires_confirmation"], true);
+    let requirement = &paused.data["requirements"][0];
+    assert_eq!(
+        requirement["id"], paused.data["tools"][0]["tool_call_id"],
+        "{requirement}"
+    );
+    assert_eq!(requirement["tool_execution"]["tool_name"], "Bash");
+    let run_id = paused.data["run_id"].as_str().unwrap().to_owned();
+    let run = get(&server, &format!("/agents/coder/runs/{run_id}")).await;
+    assert_eq!(run["status"], "PAUSED");
+    assert_eq!(run["requirements"], paused.data["requirements"], "{run}");
+    let session_runs = get(&server, "/sessions/s1/runs").await;
+    assert_eq!(session_runs[0]["status"], "PAUSED", "{session_runs}");
+    let paused_runs = get(&server, "/agents/coder/runs?status=paused").await;
+    assert_eq!(paused_runs["meta"]["total_count"], 1, "{paused_runs}");
+
+    // The pending call across sessions.
+    let approvals = get(&server, "/approvals").await;
+    assert_eq!(approvals["meta"]["total_count"], 1, "{approvals}");
+    assert_eq!(approvals["data"][0]["run_id"], run_id.as_str());
+    assert_eq!(approvals["data"][0]["tool_name"], "Bash");
+    assert_eq!(approvals["data"][0]["tool_args"]["command"], "ls");
+    let other = get(&server, "/approvals?session_id=s2").await;
+    assert_eq!(other["meta"]["total_count"], 0, "{other}");
+
+    // The continue's stream starts with RunContinued, its indices going on.
+    let response = http_client()
+        .post(server.url(&format!("/agents/coder/runs/{run_id}/continue")))
+        .form(&[
+            ("tools", decided(&run, &[(true, None)]).as_str()),
+            ("session_id", "s1"),
+            ("stream", "true"),
+            ("background", "true"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let frames = parse_sse(&response.text().await.unwrap());
+    let kinds = event_types(&frames);
+    assert_eq!(kinds.first(), Some(&"RunContinued"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"RunCompleted"), "{kinds:?}");
+    let first_index = frames[0].data["event_index"].as_u64().unwrap();
+    assert_eq!(
+        first_index,
+        paused
+            .id
+            .as_deref()
+            .map_or_else(|| frames_before(&body), |id| id.parse::<u64>().unwrap() + 1),
+        "{kinds:?}"
+    );
+    let approvals = get(&server, "/approvals").await;
+    assert_eq!(approvals["meta"]["total_count"], 0, "{approvals}");
+    server.terminate();
+    verify(dir.path());
+}
+
+/// The events of an inline stream (no ids): the next index is their count.
+fn frames_before(body: &str) -> u64 {
+    parse_sse(body).len() as u64
+}
+
+#[tokio::test]
+async fn a_decision_after_a_sigkill_goes_on_and_nothing_before_the_pause_runs_again_30() {
+    let dir = tempfile::tempdir().unwrap();
+    config(dir.path(), "");
+    let server = start(dir.path());
+    let (status, accepted) = post(
+        &server,
+        "/agents/coder/runs",
+        &[
+            ("message", "/tool Read {}\n/ls\n/tool Grep {}\nlisted"),
+            ("session_id", "s1"),
+            ("stream", "false"),
+            ("background", "true"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 202, "{accepted}");
+    let path = format!(
+        "/agents/coder/runs/{}",
+        accepted["run_id"].as_str().unwrap()
+    );
+    let mut run = get(&server, &path).await;
+    for _ in 0..200 {
+        if run["status"] == "PAUSED" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        run = get(&server, &path).await;
+    }
+    assert_eq!(run["status"], "PAUSED", "{run}");
+    server.kill();
+
+    // Killed while paused: after the restart the run is still paused, and no attempt
+    // was spent on it.
+    let server = start(dir.path());
+    let still = get(&server, &path).await;
+    assert_eq!(still["status"], "PAUSED", "{still}");
+    assert_eq!(still["requirements"], run["requirements"]);
+    std::fs::create_dir_all(dir.path().join("work")).unwrap();
+    std::fs::write(dir.path().join("work/marker.txt"), "made after the pause").unwrap();
+    let (status, done) = decide(&server, &still, &decided(&still, &[(true, None)]), false).await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["status"], "COMPLETED", "{done}");
+    let names: Vec<&str> = done["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["tool_name"].as_str().unwrap())
+        .collect();
+    // Read ran before the pause, once; ls ran after it, and saw the marker.
+    assert_eq!(names, ["Read", "Bash", "Grep"], "{done}");
+    assert!(
+        done["tools"][1]["result"]
+            .as_str()
+            .unwrap()
+            .contains("marker.txt"),
+        "{done}"
+    );
+    assert_eq!(done["metadata"]["warnings"], json!([]), "{done}");
+    server.terminate();
+    verify(dir.path());
+}
+
+#[tokio::test]
+async fn an_undecided_call_times_out_denied_even_across_a_restart_30() {
+    let dir = tempfile::tempdir().unwrap();
+    config(dir.path(), "approval_timeout_s = 1\n");
+    let server = start(dir.path());
+    let run = turn(&server, "s1", "/ls\nlisted").await;
+    assert_eq!(run["status"], "PAUSED", "{run}");
+    let path = format!("/agents/coder/runs/{}", run["run_id"].as_str().unwrap());
+    let mut done = get(&server, &path).await;
+    for _ in 0..300 {
+        if done["status"] == "COMPLETED" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        done = get(&server, &path).await;
+    }
+    assert_eq!(done["status"], "COMPLETED", "{done}");
+    assert_eq!(done["tools"][0]["confirmed"], false, "{done}");
+    assert_eq!(done["tools"][0]["confirmation_note"], "timed out", "{done}");
+
+    // Stopped while paused: the timeout is the journal's, and fires after the restart.
+    let second = turn(&server, "s2", "/ls\nlisted").await;
+    assert_eq!(second["status"], "PAUSED", "{second}");
+    server.terminate();
+    std::thread::sleep(Duration::from_millis(1_200));
+    let server = start(dir.path());
+    let path = format!("/agents/coder/runs/{}", second["run_id"].as_str().unwrap());
+    let mut done = get(&server, &path).await;
+    for _ in 0..300 {
+        if done["status"] == "COMPLETED" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        done = get(&server, &path).await;
+    }
+    assert_eq!(done["status"], "COMPLETED", "{done}");
+    assert_eq!(done["tools"][0]["confirmation_note"], "timed out", "{done}");
+    server.terminate();
+    verify(dir.path());
+}
+
+#[tokio::test]
+async fn operators_approve_and_deny_from_the_command_line_30() {
+    let dir = tempfile::tempdir().unwrap();
+    config(dir.path(), "");
+    let server = start(dir.path());
+    let run = turn(&server, "s1", "/ls\n/write x.txt no\nlisted").await;
+    assert_eq!(run["status"], "PAUSED", "{run}");
+    let run_id = run["run_id"].as_str().unwrap();
+    let url = server.url("");
+    let shown = turnstile_in(dir.path(), &["runs", "show", run_id, "--url", &url]);
+    let shown = String::from_utf8_lossy(&shown.stdout).to_string();
+    assert!(
+        shown.contains("PAUSED") && shown.contains("waiting"),
+        "{shown}"
+    );
+    let out = turnstile_in(dir.path(), &["runs", "approve", run_id, "--url", &url]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("approved"));
+    let path = format!("/agents/coder/runs/{run_id}");
+    let mut again = get(&server, &path).await;
+    for _ in 0..300 {
+        if again["status"] == "PAUSED" && again["tools"].as_array().unwrap().len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        again = get(&server, &path).await;
+    }
+    assert_eq!(again["status"], "PAUSED", "{again}");
+    let call = again["tools"][1]["tool_call_id"].as_str().unwrap();
+    let wrong = turnstile_in(
+        dir.path(),
+        &["runs", "deny", run_id, "--call", "nope", "--url", &url],
+    );
+    assert!(!wrong.status.success());
+    let out = turnstile_in(
+        dir.path(),
+        &[
+            "runs",
+            "deny",
+            run_id,
+            "--call",
+            call,
+            "--note",
+            "no writes",
+            "--url",
+            &url,
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut done = get(&server, &path).await;
+    for _ in 0..300 {
+        if done["status"] == "COMPLETED" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        done = get(&server, &path).await;
+    }
+    assert_eq!(done["status"], "COMPLETED", "{done}");
+    assert_eq!(done["tools"][1]["confirmation_note"], "no writes");
+    assert!(!dir.path().join("work/x.txt").exists());
+    server.terminate();
+    let timeline = turnstile_in(
+        dir.path(),
+        &[
+            "journal",
+            "timeline",
+            "--config",
+            "turnstile.toml",
+            "--session",
+            "s1",
+        ],
+    );
+    let timeline = String::from_utf8_lossy(&timeline.stdout).to_string();
+    assert!(
+        timeline.contains("paused: waiting for a decision on"),
+        "{timeline}"
+    );
+    assert!(timeline.contains("denied (\"no writes\")"), "{timeline}");
 }

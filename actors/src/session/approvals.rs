@@ -130,7 +130,16 @@ impl Handler<DecideMsg> for SessionActor {
         }
         let run_id = command.run_id.clone();
         let Some(run) = self.state.run(&run_id).filter(|run| self.state.owns(run)) else {
-            return refuse(Refused::UnknownRun { run_id });
+            // Not held: an ended run (its stored form says how), or none.
+            return refuse(
+                match crate::reads::run_view(&self.shared.journal, &run_id) {
+                    Ok(Some(run)) => Refused::NotPaused {
+                        run_id,
+                        status: run.status.as_str().to_owned(),
+                    },
+                    _ => Refused::UnknownRun { run_id },
+                },
+            );
         };
         let ending = self.ending.contains(&run_id);
         if run.status != RunStatus::Paused || self.deciding.is_some() || ending {
