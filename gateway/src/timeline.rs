@@ -166,6 +166,56 @@ fn describe(event: &Event) -> Option<String> {
     })
 }
 
+/// A run paused: the calls that wait.
+fn describe_pause(run_id: &RunId, tools: &[turnstile_journal::ToolCall]) -> String {
+    let calls: Vec<String> = tools
+        .iter()
+        .map(|tool| {
+            format!(
+                "{} {}({})",
+                tool.tool_call_id,
+                tool.tool_name,
+                clip(&tool.tool_args, 50)
+            )
+        })
+        .collect();
+    format!(
+        "run …{} paused: waiting for a decision on {}",
+        short(run_id),
+        calls.join(", ")
+    )
+}
+
+/// A paused run decided: each call approved or denied, by whom.
+fn describe_decisions(
+    run_id: &RunId,
+    decisions: &[turnstile_journal::ToolDecision],
+    decided_by: Option<&str>,
+) -> String {
+    let decided: Vec<String> = decisions
+        .iter()
+        .map(|decision| {
+            let verdict = if decision.confirmed {
+                "approved"
+            } else {
+                "denied"
+            };
+            let note = decision
+                .note
+                .as_deref()
+                .map(|note| format!(" (\"{}\")", clip(note, 40)))
+                .unwrap_or_default();
+            format!("{} {verdict}{note}", decision.tool_call_id)
+        })
+        .collect();
+    let by = decided_by.map(|by| format!(" by {by}")).unwrap_or_default();
+    format!(
+        "run …{} continued{by}: {}",
+        short(run_id),
+        decided.join(", ")
+    )
+}
+
 /// What a run event says, or `None` for those the timeline only counts.
 fn describe_run_event(run_id: &RunId, event: &RunEvent) -> Option<String> {
     Some(match event {
@@ -193,49 +243,11 @@ fn describe_run_event(run_id: &RunId, event: &RunEvent) -> Option<String> {
                 }
             )
         }
-        RunEvent::Paused { tools } => format!(
-            "run …{} paused: waiting for a decision on {}",
-            short(run_id),
-            tools
-                .iter()
-                .map(|tool| format!(
-                    "{} {}({})",
-                    tool.tool_call_id,
-                    tool.tool_name,
-                    clip(&tool.tool_args, 50)
-                ))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+        RunEvent::Paused { tools } => describe_pause(run_id, tools),
         RunEvent::Continued {
             decisions,
             decided_by,
-        } => format!(
-            "run …{} continued{}: {}",
-            short(run_id),
-            decided_by
-                .as_deref()
-                .map(|by| format!(" by {by}"))
-                .unwrap_or_default(),
-            decisions
-                .iter()
-                .map(|decision| format!(
-                    "{} {}{}",
-                    decision.tool_call_id,
-                    if decision.confirmed {
-                        "approved"
-                    } else {
-                        "denied"
-                    },
-                    decision
-                        .note
-                        .as_deref()
-                        .map(|note| format!(" (\"{}\")", clip(note, 40)))
-                        .unwrap_or_default()
-                ))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+        } => describe_decisions(run_id, decisions, decided_by.as_deref()),
         RunEvent::Warning { warning } => {
             let warning = &crate::wire::events::warning_json(warning);
             match warning["type"].as_str() {

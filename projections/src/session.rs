@@ -307,55 +307,8 @@ fn apply_run_event(run: &mut RunView, event: &RunEvent, transcript_lines: u32, t
         RunEvent::ContentDelta { text } => run.content.push_str(text),
         // Reasoning is shown as it streams and kept in the journal, not in the answer.
         RunEvent::ReasoningDelta { .. } => {}
-        RunEvent::ToolCallStarted { tool } | RunEvent::ToolCallCompleted { tool } => {
-            let view = ToolView {
-                tool_call_id: tool.tool_call_id.clone(),
-                tool_name: tool.tool_name.clone(),
-                tool_args: serde_json::from_str(&tool.tool_args).unwrap_or(serde_json::Value::Null),
-                result: tool.result.clone(),
-                tool_call_error: tool.tool_call_error,
-                parent_tool_call_id: tool.parent_tool_call_id.clone(),
-                requires_confirmation: false,
-                confirmed: None,
-                confirmation_note: None,
-            };
-            let id = &tool.tool_call_id;
-            if matches!(event, RunEvent::ToolCallCompleted { .. }) {
-                // A decided call that ran (or was told its denial) is carried out.
-                run.decisions
-                    .retain(|decided| &decided.tool.tool_call_id != id);
-            }
-            let position = match run.tools.iter().position(|known| &known.tool_call_id == id) {
-                Some(position) => {
-                    let known = &run.tools[position];
-                    let view = ToolView {
-                        requires_confirmation: known.requires_confirmation,
-                        confirmed: known.confirmed,
-                        confirmation_note: known.confirmation_note.clone(),
-                        ..view
-                    };
-                    run.tools[position] = view;
-                    position
-                }
-                None => {
-                    run.tools.push(view);
-                    run.tools.len() - 1
-                }
-            };
-            // Messages are: the user's, then per tool a call and a result, then the
-            // answer; so the boundary after tool k's result is 3 + 2k. Subagent calls are
-            // not checkpoints: a fork keeps whole top-level batches only.
-            if matches!(event, RunEvent::ToolCallCompleted { .. })
-                && tool.parent_tool_call_id.is_none()
-            {
-                run.checkpoints.push(Checkpoint {
-                    message_index: 3 + 2 * position as u32,
-                    transcript_lines,
-                    tool_call_id: id.clone(),
-                    created_at_us: ts,
-                });
-            }
-        }
+        RunEvent::ToolCallStarted { tool } => apply_tool(run, tool, None),
+        RunEvent::ToolCallCompleted { tool } => apply_tool(run, tool, Some((transcript_lines, ts))),
         RunEvent::Warning { warning } => {
             if let turnstile_journal::Warning::UsageLimit { resets_at_us, .. } = warning {
                 // The attempt that hit the limit is given back; the next one waits.
@@ -365,35 +318,7 @@ fn apply_run_event(run: &mut RunView, event: &RunEvent, transcript_lines: u32, t
             run.warnings.push(warning.clone());
         }
         RunEvent::Paused { tools } => pause(run, tools, ts),
-        RunEvent::Continued { decisions, .. } => {
-            run.status = RunStatus::Running;
-            run.paused_at_us = None;
-            run.continued = true;
-            let pending = std::mem::take(&mut run.pending);
-            run.decisions = decisions
-                .iter()
-                .filter_map(|decision| {
-                    let tool = pending
-                        .iter()
-                        .find(|call| call.tool_call_id == decision.tool_call_id)?;
-                    Some(DecidedCall {
-                        tool: tool.clone(),
-                        confirmed: decision.confirmed,
-                        note: decision.note.clone(),
-                    })
-                })
-                .collect();
-            for decision in decisions {
-                if let Some(tool) = run
-                    .tools
-                    .iter_mut()
-                    .find(|tool| tool.tool_call_id == decision.tool_call_id)
-                {
-                    tool.confirmed = Some(decision.confirmed);
-                    tool.confirmation_note = decision.note.clone();
-                }
-            }
-        }
+        RunEvent::Continued { decisions, .. } => decide(run, decisions),
         RunEvent::Completed {
             content,
             content_type,
@@ -404,6 +329,94 @@ fn apply_run_event(run: &mut RunView, event: &RunEvent, transcript_lines: u32, t
             run.metrics = Some(metrics.clone());
         }
         RunEvent::Started { .. } | RunEvent::Failed { .. } | RunEvent::Cancelled { .. } => {}
+    }
+}
+
+/// A tool call started, or completed (with the transcript's length and the time: a
+/// top-level call's result ends a batch, a checkpoint).
+fn apply_tool(
+    run: &mut RunView,
+    tool: &turnstile_journal::ToolCall,
+    completed: Option<(u32, i64)>,
+) {
+    let view = ToolView {
+        tool_call_id: tool.tool_call_id.clone(),
+        tool_name: tool.tool_name.clone(),
+        tool_args: serde_json::from_str(&tool.tool_args).unwrap_or(serde_json::Value::Null),
+        result: tool.result.clone(),
+        tool_call_error: tool.tool_call_error,
+        parent_tool_call_id: tool.parent_tool_call_id.clone(),
+        requires_confirmation: false,
+        confirmed: None,
+        confirmation_note: None,
+    };
+    let id = &tool.tool_call_id;
+    if completed.is_some() {
+        // A decided call that ran (or was told its denial) is carried out.
+        run.decisions
+            .retain(|decided| &decided.tool.tool_call_id != id);
+    }
+    let position = match run.tools.iter().position(|known| &known.tool_call_id == id) {
+        Some(position) => {
+            let known = &run.tools[position];
+            let view = ToolView {
+                requires_confirmation: known.requires_confirmation,
+                confirmed: known.confirmed,
+                confirmation_note: known.confirmation_note.clone(),
+                ..view
+            };
+            run.tools[position] = view;
+            position
+        }
+        None => {
+            run.tools.push(view);
+            run.tools.len() - 1
+        }
+    };
+    // Messages are: the user's, then per tool a call and a result, then the
+    // answer; so the boundary after tool k's result is 3 + 2k. Subagent calls are
+    // not checkpoints: a fork keeps whole top-level batches only.
+    if let Some((transcript_lines, ts)) = completed
+        && tool.parent_tool_call_id.is_none()
+    {
+        run.checkpoints.push(Checkpoint {
+            message_index: 3 + 2 * position as u32,
+            transcript_lines,
+            tool_call_id: id.clone(),
+            created_at_us: ts,
+        });
+    }
+}
+
+/// The decisions on a paused run's calls: it runs again, and its next attempt carries
+/// them out.
+fn decide(run: &mut RunView, decisions: &[turnstile_journal::ToolDecision]) {
+    run.status = RunStatus::Running;
+    run.paused_at_us = None;
+    run.continued = true;
+    let pending = std::mem::take(&mut run.pending);
+    run.decisions = decisions
+        .iter()
+        .filter_map(|decision| {
+            let tool = pending
+                .iter()
+                .find(|call| call.tool_call_id == decision.tool_call_id)?;
+            Some(DecidedCall {
+                tool: tool.clone(),
+                confirmed: decision.confirmed,
+                note: decision.note.clone(),
+            })
+        })
+        .collect();
+    for decision in decisions {
+        if let Some(tool) = run
+            .tools
+            .iter_mut()
+            .find(|tool| tool.tool_call_id == decision.tool_call_id)
+        {
+            tool.confirmed = Some(decision.confirmed);
+            tool.confirmation_note = decision.note.clone();
+        }
     }
 }
 

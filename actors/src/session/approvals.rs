@@ -113,25 +113,32 @@ impl SessionActor {
     }
 }
 
-impl Handler<DecideMsg> for SessionActor {
-    type Result = ResponseActFuture<Self, Result<Result<Accepted, Refused>, RuntimeError>>;
+/// A decision admitted: the event that journals it, at the run's next index.
+struct Admitted {
+    run_id: RunId,
+    index: EventIndex,
+    continued: turnstile_journal::Event,
+}
 
-    fn handle(&mut self, DecideMsg(command): DecideMsg, ctx: &mut Self::Context) -> Self::Result {
-        self.last_active = Instant::now();
-        let refuse = |refused| -> Self::Result { Box::pin(fut::ready(Ok(Err(refused)))) };
+impl SessionActor {
+    /// Whether `command` may be journaled now: the session is here, the run is paused
+    /// and not being decided or cancelled, and each pending call is decided once.
+    fn admit_decision(
+        &mut self,
+        command: DecideRun,
+        ctx: &mut Context<Self>,
+    ) -> Result<Result<Admitted, Refused>, RuntimeError> {
         if let Some(owner) = self.remote.clone() {
-            return Box::pin(fut::ready(Err(self.elsewhere(&owner, ctx))));
+            return Err(self.elsewhere(&owner, ctx));
         }
         if let Some(error) = self.broken_error() {
-            return Box::pin(fut::ready(Err(error)));
+            return Err(error);
         }
-        if let Err(error) = self.ensure_fresh(ctx) {
-            return Box::pin(fut::ready(Err(error)));
-        }
+        self.ensure_fresh(ctx)?;
         let run_id = command.run_id.clone();
         let Some(run) = self.state.run(&run_id).filter(|run| self.state.owns(run)) else {
             // Not held: an ended run (its stored form says how), or none.
-            return refuse(
+            return Ok(Err(
                 match crate::reads::run_view(&self.shared.journal, &run_id) {
                     Ok(Some(run)) => Refused::NotPaused {
                         run_id,
@@ -139,7 +146,7 @@ impl Handler<DecideMsg> for SessionActor {
                     },
                     _ => Refused::UnknownRun { run_id },
                 },
-            );
+            ));
         };
         let ending = self.ending.contains(&run_id);
         if run.status != RunStatus::Paused || self.deciding.is_some() || ending {
@@ -150,13 +157,13 @@ impl Handler<DecideMsg> for SessionActor {
                 RunStatus::Paused => "RUNNING",
                 other => other.as_str(),
             };
-            return refuse(Refused::NotPaused {
+            return Ok(Err(Refused::NotPaused {
                 run_id,
                 status: status.to_owned(),
-            });
+            }));
         }
         if let Some(reason) = Self::check_decisions(run, &command.decisions) {
-            return refuse(Refused::InvalidDecision { reason });
+            return Ok(Err(Refused::InvalidDecision { reason }));
         }
         let index = EventIndex(run.event_count);
         let continued = self.identity(&run_id).emitted(
@@ -166,10 +173,75 @@ impl Handler<DecideMsg> for SessionActor {
                 decided_by: command.decided_by,
             },
         );
-        self.deciding = Some(run_id.clone());
-        let live = self.shared.ensure_live(&run_id).subscribe();
+        Ok(Ok(Admitted {
+            run_id,
+            index,
+            continued,
+        }))
+    }
+
+    /// The decision is durable (or not): the run queues first to go on from its pause,
+    /// or the actor reads the journal again (crash-only; the run stays paused unless
+    /// the decision was taken).
+    fn decided(
+        &mut self,
+        result: turnstile_journal::AppendResult,
+        admitted: Admitted,
+        live: tokio::sync::broadcast::Receiver<std::sync::Arc<crate::run::WireEvent>>,
+        ctx: &mut Context<Self>,
+    ) -> Result<Result<Accepted, Refused>, RuntimeError> {
+        self.deciding = None;
+        let run_id = admitted.run_id;
+        let records = match result {
+            Ok(Ok(records)) => records,
+            failure => {
+                self.shared.remove_live(&run_id);
+                self.stale = true;
+                self.heal_later(ctx);
+                return Err(match failure {
+                    Err(error) => {
+                        self.check_fenced(&error, ctx);
+                        RuntimeError::from(error)
+                    }
+                    Ok(Err(conflict)) => RuntimeError::Conflict(conflict),
+                    Ok(Ok(_)) => unreachable!("handled above"),
+                });
+            }
+        };
+        self.apply(&records);
+        let from_seq = records.first().map(|record| record.seq).unwrap_or_default();
+        // The run goes on first: it holds the session.
+        self.queue.push_front(Queued {
+            run_id: run_id.clone(),
+            durable: true,
+            resume: true,
+        });
+        self.shared.queued.fetch_add(1, Ordering::SeqCst);
+        self.pump(ctx);
+        Ok(Ok(Accepted {
+            run_id,
+            live,
+            from_seq,
+            from_index: admitted.index,
+        }))
+    }
+}
+
+impl Handler<DecideMsg> for SessionActor {
+    type Result = ResponseActFuture<Self, Result<Result<Accepted, Refused>, RuntimeError>>;
+
+    fn handle(&mut self, DecideMsg(command): DecideMsg, ctx: &mut Self::Context) -> Self::Result {
+        self.last_active = Instant::now();
+        let admitted = match self.admit_decision(command, ctx) {
+            Ok(Ok(admitted)) => admitted,
+            Ok(Err(refused)) => return Box::pin(fut::ready(Ok(Err(refused)))),
+            Err(error) => return Box::pin(fut::ready(Err(error))),
+        };
+        self.deciding = Some(admitted.run_id.clone());
+        let live = self.shared.ensure_live(&admitted.run_id).subscribe();
         let journal = self.shared.journal.clone();
         let session_id = self.session_id.clone();
+        let continued = admitted.continued.clone();
         Box::pin(
             async move {
                 journal
@@ -177,43 +249,7 @@ impl Handler<DecideMsg> for SessionActor {
                     .await
             }
             .into_actor(self)
-            .map(move |result, actor, ctx| {
-                actor.deciding = None;
-                let records = match result {
-                    Ok(Ok(records)) => records,
-                    failure => {
-                        // What the journal took is not known: read it again (crash-only);
-                        // the run stays paused unless the decision was durable.
-                        actor.shared.remove_live(&run_id);
-                        actor.stale = true;
-                        actor.heal_later(ctx);
-                        return Err(match failure {
-                            Err(error) => {
-                                actor.check_fenced(&error, ctx);
-                                RuntimeError::from(error)
-                            }
-                            Ok(Err(conflict)) => RuntimeError::Conflict(conflict),
-                            Ok(Ok(_)) => unreachable!("handled above"),
-                        });
-                    }
-                };
-                actor.apply(&records);
-                let from_seq = records.first().map(|record| record.seq).unwrap_or_default();
-                // The run goes on first: it holds the session.
-                actor.queue.push_front(Queued {
-                    run_id: run_id.clone(),
-                    durable: true,
-                    resume: true,
-                });
-                actor.shared.queued.fetch_add(1, Ordering::SeqCst);
-                actor.pump(ctx);
-                Ok(Ok(Accepted {
-                    run_id,
-                    live,
-                    from_seq,
-                    from_index: index,
-                }))
-            }),
+            .map(move |result, actor, ctx| actor.decided(result, admitted, live, ctx)),
         )
     }
 }

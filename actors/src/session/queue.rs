@@ -159,15 +159,7 @@ impl SessionActor {
                 settled: None,
                 approvals: agent.approval.tools.clone(),
                 paused_before: run.tools.iter().any(|tool| tool.requires_confirmation),
-                decisions: run
-                    .decisions
-                    .iter()
-                    .map(|decided| turnstile_harness::Decision {
-                        tool: decided.tool.clone(),
-                        confirmed: decided.confirmed,
-                        note: decided.note.clone(),
-                    })
-                    .collect(),
+                decisions: decisions_of(&run),
             },
             unspent_attempts: run.unspent_attempts,
             policy: agent.retry,
@@ -355,6 +347,18 @@ impl SessionActor {
             }
         }
     }
+}
+
+/// The decisions a run's next attempt carries out (its calls decided after a pause).
+fn decisions_of(run: &RunView) -> Vec<turnstile_harness::Decision> {
+    run.decisions
+        .iter()
+        .map(|decided| turnstile_harness::Decision {
+            tool: decided.tool.clone(),
+            confirmed: decided.confirmed,
+            note: decided.note.clone(),
+        })
+        .collect()
 }
 
 /// The run's output schema, from its options, when it is an object.

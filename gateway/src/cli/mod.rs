@@ -193,38 +193,10 @@ enum RunsCommand {
     },
     /// Approve a paused run's pending calls (all of them, or those named): the run goes
     /// on in the background.
-    Approve {
-        /// The paused run.
-        run: String,
-        /// Its agent (default: found from the run).
-        #[arg(long)]
-        agent: Option<String>,
-        /// Only this pending call (repeat for several; every pending call must be decided).
-        #[arg(long = "call")]
-        calls: Vec<String>,
-        /// A note recorded with the decision.
-        #[arg(long)]
-        note: Option<String>,
-        #[command(flatten)]
-        remote: Remote,
-    },
+    Approve(DecideArgs),
     /// Deny a paused run's pending calls (all of them, or those named): they never run,
     /// the model is told (with the note), and the run goes on in the background.
-    Deny {
-        /// The paused run.
-        run: String,
-        /// Its agent (default: found from the run).
-        #[arg(long)]
-        agent: Option<String>,
-        /// Only this pending call (repeat for several; every pending call must be decided).
-        #[arg(long = "call")]
-        calls: Vec<String>,
-        /// Why, told to the model.
-        #[arg(long)]
-        note: Option<String>,
-        #[command(flatten)]
-        remote: Remote,
-    },
+    Deny(DecideArgs),
     /// Continue a finished run from a checkpoint as a new run, and wait for its end.
     Continue {
         /// The run.
@@ -241,6 +213,24 @@ enum RunsCommand {
         #[command(flatten)]
         remote: Remote,
     },
+}
+
+/// What `runs approve` and `runs deny` take.
+#[derive(Debug, clap::Args)]
+struct DecideArgs {
+    /// The paused run.
+    run: String,
+    /// Its agent (default: found from the run).
+    #[arg(long)]
+    agent: Option<String>,
+    /// Only this pending call (repeat for several; every pending call must be decided).
+    #[arg(long = "call")]
+    calls: Vec<String>,
+    /// A note recorded with the decision (told to the model when a call is denied).
+    #[arg(long)]
+    note: Option<String>,
+    #[command(flatten)]
+    remote: Remote,
 }
 
 #[derive(Debug, Subcommand)]

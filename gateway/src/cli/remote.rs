@@ -1,7 +1,7 @@
 //! The `sessions` and `runs` subcommands, and `bench-baseline`: a running server driven
 //! over its HTTP API (`client`).
 
-use crate::cli::{Remote, RunsCommand, SessionsCommand, load_config};
+use crate::cli::{DecideArgs, Remote, RunsCommand, SessionsCommand, load_config};
 use std::process::ExitCode;
 
 pub(super) fn remote(
@@ -78,38 +78,8 @@ pub(super) fn runs(command: RunsCommand) -> anyhow::Result<ExitCode> {
             let (target, runtime) = remote(&r)?;
             client::exit(runtime.block_on(client::runs_tail(&target, agent, &run, after, r.json)))
         }
-        RunsCommand::Approve {
-            run,
-            agent,
-            calls,
-            note,
-            remote: r,
-        } => decide(
-            &r,
-            agent,
-            &run,
-            client::Decision {
-                confirmed: true,
-                calls,
-                note,
-            },
-        ),
-        RunsCommand::Deny {
-            run,
-            agent,
-            calls,
-            note,
-            remote: r,
-        } => decide(
-            &r,
-            agent,
-            &run,
-            client::Decision {
-                confirmed: false,
-                calls,
-                note,
-            },
-        ),
+        RunsCommand::Approve(args) => decide(args, true),
+        RunsCommand::Deny(args) => decide(args, false),
         RunsCommand::Continue {
             run,
             agent,
@@ -126,15 +96,19 @@ pub(super) fn runs(command: RunsCommand) -> anyhow::Result<ExitCode> {
 }
 
 /// `turnstile runs approve|deny`.
-fn decide(
-    r: &Remote,
-    agent: Option<String>,
-    run: &str,
-    decision: crate::client::Decision,
-) -> anyhow::Result<ExitCode> {
-    let (target, runtime) = remote(r)?;
+fn decide(args: DecideArgs, confirmed: bool) -> anyhow::Result<ExitCode> {
+    let (target, runtime) = remote(&args.remote)?;
+    let decision = crate::client::Decision {
+        confirmed,
+        calls: args.calls,
+        note: args.note,
+    };
     crate::client::exit(runtime.block_on(crate::client::runs_decide(
-        &target, agent, run, decision, r.json,
+        &target,
+        args.agent,
+        &args.run,
+        decision,
+        args.remote.json,
     )))
 }
 

@@ -230,6 +230,22 @@ pub fn event_type(event: &RunEvent) -> &'static str {
     }
 }
 
+/// `RunPaused`'s own fields: the calls that wait, and a requirement each.
+fn paused_fields(tools: &[ToolCall], paused_at_us: i64) -> [(&'static str, Field<'_>); 2] {
+    let pending = tools
+        .iter()
+        .map(|tool| pending_object(tool).into_value())
+        .collect();
+    let requirements = tools
+        .iter()
+        .map(|tool| requirement_json(tool, paused_at_us))
+        .collect();
+    [
+        ("tools", Field::Json(Value::Array(pending))),
+        ("requirements", Field::Json(Value::Array(requirements))),
+    ]
+}
+
 /// agno's event object: the common fields, then the type's own.
 fn event_object<'a>(event: &'a WireEvent, who: &'a Who) -> Object<'a> {
     let mut fields = vec![
@@ -287,26 +303,7 @@ fn event_object<'a>(event: &'a WireEvent, who: &'a Who) -> Object<'a> {
             ("reason", Field::Str(reason)),
             ("content", Field::Str(reason)),
         ]),
-        RunEvent::Paused { tools } => fields.extend([
-            (
-                "tools",
-                Field::Json(Value::Array(
-                    tools
-                        .iter()
-                        .map(|tool| pending_object(tool).into_value())
-                        .collect(),
-                )),
-            ),
-            (
-                "requirements",
-                Field::Json(Value::Array(
-                    tools
-                        .iter()
-                        .map(|tool| requirement_json(tool, event.ts_us))
-                        .collect(),
-                )),
-            ),
-        ]),
+        RunEvent::Paused { tools } => fields.extend(paused_fields(tools, event.ts_us)),
         // agno's `RunContinued` carries only the common fields.
         RunEvent::Continued { .. } => {}
     }
