@@ -181,6 +181,31 @@ impl Runtime {
         let Some(session_id) = self.journal().session_of_run(run_id)? else {
             return Ok(false);
         };
+        // A paused run has no task to stop: its end is journaled at once, and the
+        // answer waits for it, so that a read after the cancel sees it ended.
+        let paused = self
+            .run_head(run_id)?
+            .is_some_and(|head| head.status == RunStatus::Paused);
+        let cancelled = self.ask_to_cancel(run_id, &session_id).await?;
+        if cancelled && paused {
+            let deadline = Instant::now() + ELSEWHERE_WAIT;
+            while Instant::now() < deadline
+                && self
+                    .run_head(run_id)?
+                    .is_some_and(|head| !head.status.is_terminal())
+            {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+        Ok(cancelled)
+    }
+
+    /// [`Runtime::cancel_run`]'s request to the session's actor (or its owner).
+    async fn ask_to_cancel(
+        &self,
+        run_id: &RunId,
+        session_id: &SessionId,
+    ) -> Result<bool, RuntimeError> {
         let deadline = Instant::now() + ELSEWHERE_WAIT;
         loop {
             let answer = match self
@@ -201,7 +226,7 @@ impl Runtime {
                 Ok(cancelled) => return Ok(cancelled),
                 Err(RuntimeError::Elsewhere { owner, .. }) => {
                     let command = ReplicaCommand::Cancel(run_id.clone());
-                    match self.ask_replica(&session_id, &owner, command).await? {
+                    match self.ask_replica(session_id, &owner, command).await? {
                         Some(ReplicaReply::Cancelled { cancelled }) => return Ok(cancelled),
                         Some(_) => return Ok(false),
                         None => {}
