@@ -356,6 +356,10 @@ harness = "scripted"
 workspace = "session"
 snapshot_workspace = true
 workspace_ignore = ["target/"]
+approvals = ["Bash", "mcp__github__*"]
+approval_timeout_s = 600
+wait_on_usage_limit = true
+max_usage_wait_s = 3600
 
 [[agents]]
 id = "claude"
