@@ -18,6 +18,7 @@
 //! | `@think MS` | waits MS before each response (a model's time to think) |
 //! | `@error STATUS [xN]` | answers HTTP STATUS (401, 400 context, 400, 429, 529, 500), the first N times only |
 //! | `@usage IN OUT READ WRITE` | reports that usage |
+//! | `- NAME ARGS (ID): approved: …` | (turnstile's message of a decision made after the paused CLI was gone) calls NAME with ARGS again, as a model that follows the decision would |
 //!
 //! Tool calls are made one per request, in order; after the last tool result the
 //! model answers. A summarising request (the CLI's `/compact`) is answered with a
@@ -316,6 +317,19 @@ fn results_since(body: &Value) -> usize {
     in_prompt_message + later
 }
 
+/// A call turnstile's decision message says was approved (`- NAME ARGS (ID): approved:
+/// run it now…`): a model that follows the decision asks for it again, as proposed.
+fn approved_call(line: &str) -> Option<(String, Value)> {
+    let rest = line.strip_prefix("- ")?;
+    let (call, verdict) = rest.rsplit_once("): ")?;
+    if !verdict.starts_with("approved") {
+        return None;
+    }
+    let (call, _id) = call.rsplit_once(" (")?;
+    let (name, args) = call.split_once(' ')?;
+    Some((name.to_owned(), serde_json::from_str(args).ok()?))
+}
+
 fn tool_named(body: &Value, candidates: &[&str], fallback: &str) -> String {
     let names: Vec<&str> = body["tools"]
         .as_array()
@@ -359,6 +373,10 @@ fn plan(state: &Mutex<State>, body: &Value) -> Turn {
     let mut reply = "Done.".to_owned();
     let mut json_answer = None;
     for line in acting.lines() {
+        if let Some(call) = approved_call(line) {
+            steps.push(call);
+            continue;
+        }
         let Some(directive) = line.trim().strip_prefix('@') else {
             continue;
         };

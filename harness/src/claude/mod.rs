@@ -159,7 +159,7 @@ fn rewrite_session_id(line: &str, id: &str) -> String {
 impl Dialect for ClaudeCode {
     type Turn = stream::ClaudeTurn;
 
-    type Process = ();
+    type Process = stream::Permissions;
 
     const CLI: &'static str = "claude";
 
@@ -253,6 +253,11 @@ impl Dialect for ClaudeCode {
         if let Some(schema) = launch.output_schema {
             command.args(["--json-schema", schema]);
         }
+        if launch.approvals {
+            // The CLI asks turnstile (`can_use_tool` on its control channel) before a
+            // call it would ask a user about: approvals pause the run there.
+            command.args(["--permission-prompt-tool", "stdio"]);
+        }
         command
             .env("CLAUDE_CONFIG_DIR", launch.config_dir)
             .env("CLAUDE_CODE_MAX_RETRIES", "0")
@@ -266,20 +271,36 @@ impl Dialect for ClaudeCode {
         &self,
         request: &TurnRequest,
         _start: TurnStart<'_>,
-        _process: &mut (),
-        _turn: &mut Self::Turn,
+        process: &mut stream::Permissions,
+        turn: &mut Self::Turn,
     ) -> String {
-        json!({"type": "user", "message": {"role": "user", "content": request.message}}).to_string()
+        if let Some(answers) = stream::decide(process, &request.decisions, turn) {
+            // The process waited for these decisions, mid-turn: its answers go on with it.
+            return answers;
+        }
+        let message = if request.paused_before {
+            // The paused process is gone (a restart, another replica): the model is told,
+            // and a confirmed call it asks for again runs without a second pause.
+            stream::remember_confirmed(process, &request.decisions);
+            if request.decisions.is_empty() {
+                "Continue where you left off.".to_owned()
+            } else {
+                crate::Decision::message(&request.decisions)
+            }
+        } else {
+            request.message.clone()
+        };
+        json!({"type": "user", "message": {"role": "user", "content": message}}).to_string()
     }
 
     fn on_line(
         &self,
         line: &str,
         turn: &mut Self::Turn,
-        _process: &mut (),
+        process: &mut stream::Permissions,
         context: LineContext<'_>,
     ) -> Vec<Step> {
-        stream::on_line(line, turn, context)
+        stream::on_line(line, turn, process, context)
     }
 
     fn outcome(

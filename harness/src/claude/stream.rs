@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::Value;
 
 use crate::cli::{LineContext, Step};
-use crate::{HarnessEvent, ToolCall};
+use crate::{Decision, HarnessEvent, ToolCall};
 
 /// The structured-output tool the CLI adds for `--json-schema`: plumbing, not a tool
 /// call the client made the agent do.
@@ -31,7 +31,12 @@ pub struct ClaudeTurn {
 }
 
 /// The steps one stdout line stands for.
-pub(super) fn on_line(line: &str, turn: &mut ClaudeTurn, context: LineContext<'_>) -> Vec<Step> {
+pub(super) fn on_line(
+    line: &str,
+    turn: &mut ClaudeTurn,
+    permissions: &mut Permissions,
+    context: LineContext<'_>,
+) -> Vec<Step> {
     let Ok(message) = serde_json::from_str::<Value>(line) else {
         return Vec::new();
     };
@@ -55,6 +60,9 @@ pub(super) fn on_line(line: &str, turn: &mut ClaudeTurn, context: LineContext<'_
             }
         }
         Some("assistant") => assistant(&message, top_level, turn, &mut steps),
+        Some("control_request") if message["request"]["subtype"] == "can_use_tool" => {
+            permission(&message, turn, permissions, context, &mut steps);
+        }
         Some("user") => user(&message, turn, &mut steps),
         Some("system") if message["subtype"] == "compact_boundary" && !turn.compacting => {
             // Counted once, when it happens: every line so far precedes the boundary.
@@ -76,6 +84,128 @@ pub(super) fn on_line(line: &str, turn: &mut ClaudeTurn, context: LineContext<'_
         _ => {}
     }
     steps
+}
+
+/// What a process remembers of its permission requests (`--permission-prompt-tool
+/// stdio`): those waiting for a person's decision, and calls confirmed after the
+/// process that asked was gone, to run without asking again.
+#[derive(Debug, Default)]
+pub struct Permissions {
+    waiting: Vec<Waiting>,
+    confirmed: Vec<(String, Value)>,
+}
+
+/// A `can_use_tool` request not answered yet.
+#[derive(Debug)]
+struct Waiting {
+    request_id: String,
+    tool_use_id: String,
+    input: Value,
+}
+
+/// The answer to a `can_use_tool` request.
+fn answer(request_id: &str, response: Value) -> String {
+    serde_json::json!({
+        "type": "control_response",
+        "response": {"subtype": "success", "request_id": request_id, "response": response},
+    })
+    .to_string()
+}
+
+/// A `can_use_tool` request: a call confirmed earlier runs; one that waits for a person
+/// pauses the turn; any other is refused as the CLI would refuse it without a user to
+/// ask (its `allowed_tools` and `permission_mode` did not allow it).
+fn permission(
+    message: &Value,
+    turn: &mut ClaudeTurn,
+    permissions: &mut Permissions,
+    context: LineContext<'_>,
+    steps: &mut Vec<Step>,
+) {
+    let request = &message["request"];
+    let request_id = message["request_id"].as_str().unwrap_or_default();
+    let name = request["tool_name"].as_str().unwrap_or_default();
+    let input = request["input"].clone();
+    let confirmed = permissions
+        .confirmed
+        .iter()
+        .position(|(tool, args)| tool == name && *args == input);
+    if let Some(at) = confirmed {
+        permissions.confirmed.remove(at);
+        let allow = serde_json::json!({"behavior": "allow", "updatedInput": input});
+        steps.push(Step::Send(answer(request_id, allow)));
+        return;
+    }
+    if !context.approvals.matches(name) {
+        let deny = serde_json::json!({
+            "behavior": "deny",
+            "message": format!("Permission to use {name} has not been granted (allowed_tools, permission_mode)."),
+        });
+        steps.push(Step::Send(answer(request_id, deny)));
+        return;
+    }
+    let tool_use_id = request["tool_use_id"].as_str().unwrap_or_default();
+    let call = turn
+        .tools
+        .get(tool_use_id)
+        .cloned()
+        .unwrap_or_else(|| ToolCall {
+            tool_call_id: tool_use_id.to_owned(),
+            tool_name: name.to_owned(),
+            tool_args: input.to_string(),
+            ..ToolCall::default()
+        });
+    permissions.waiting.push(Waiting {
+        request_id: request_id.to_owned(),
+        tool_use_id: tool_use_id.to_owned(),
+        input,
+    });
+    steps.push(Step::Mirror(None));
+    steps.push(Step::Pause(vec![call]));
+}
+
+/// The answers to the requests a paused process waits on, when the continuation
+/// decides them (`None` when it waits on none: a new process).
+pub(super) fn decide(
+    permissions: &mut Permissions,
+    decisions: &[Decision],
+    turn: &mut ClaudeTurn,
+) -> Option<String> {
+    if permissions.waiting.is_empty() || decisions.is_empty() {
+        return None;
+    }
+    let mut lines = Vec::new();
+    for waiting in permissions.waiting.drain(..) {
+        let decision = decisions
+            .iter()
+            .find(|decision| decision.tool.tool_call_id == waiting.tool_use_id);
+        let response = match decision {
+            Some(decision) if decision.confirmed => {
+                serde_json::json!({"behavior": "allow", "updatedInput": waiting.input})
+            }
+            Some(decision) => serde_json::json!({"behavior": "deny", "message": decision.denial()}),
+            None => serde_json::json!({"behavior": "deny", "message": "No decision was made."}),
+        };
+        lines.push(answer(&waiting.request_id, response));
+    }
+    // Their results complete calls this turn did not see start.
+    for decision in decisions {
+        turn.tools
+            .insert(decision.tool.tool_call_id.clone(), decision.tool.clone());
+    }
+    Some(lines.join("\n"))
+}
+
+/// Confirmed calls a new process may run when the model asks for them again.
+pub(super) fn remember_confirmed(permissions: &mut Permissions, decisions: &[Decision]) {
+    permissions.confirmed = decisions
+        .iter()
+        .filter(|decision| decision.confirmed)
+        .map(|decision| {
+            let input = serde_json::from_str(&decision.tool.tool_args).unwrap_or(Value::Null);
+            (decision.tool.tool_name.clone(), input)
+        })
+        .collect();
 }
 
 fn assistant(message: &Value, top_level: bool, turn: &mut ClaudeTurn, steps: &mut Vec<Step>) {

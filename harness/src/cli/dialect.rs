@@ -40,6 +40,9 @@ pub struct Launch<'a> {
     /// The transcript written back is not a continuation of the file the CLI left
     /// there (shorter or different): what the CLI derived from the old file is stale.
     pub transcript_replaced: bool,
+    /// Some tool calls wait for a person (the agent's `approvals`): the CLI is to ask
+    /// the runtime before a call it would otherwise ask a user about.
+    pub approvals: bool,
 }
 
 /// What the core does with one output line, in order.
@@ -57,6 +60,10 @@ pub enum Step {
     /// Write this line to the CLI's stdin (a request or an answer of a protocol that
     /// takes several exchanges per turn).
     Send(String),
+    /// The CLI asks to run calls that wait for a person's decision (`approvals`): the
+    /// turn pauses here, the process kept (warm, if the pool has room) to be told the
+    /// decision when the run is continued.
+    Pause(Vec<crate::ToolCall>),
     /// The CLI named the harness session it created (dialects whose CLI assigns the
     /// ids): the process serves `harness_session_id` from now on, whose transcript is
     /// at `transcript`. The core announces the session then.
@@ -87,6 +94,8 @@ pub struct LineContext<'a> {
     pub transcript: &'a crate::Transcript,
     /// The lines mirrored in this turn so far.
     pub mirrored: &'a [String],
+    /// Which calls wait for a person's decision.
+    pub approvals: &'a crate::Approvals,
 }
 
 /// Everything that makes one CLI different from another.

@@ -114,6 +114,8 @@ pub(crate) struct TurnState {
 enum TurnEnd {
     /// The dialect's end of the turn.
     End(Value),
+    /// The turn waits for a person's decision on these calls.
+    Paused(Vec<crate::ToolCall>),
     /// stdout closed without one.
     Died(String),
 }
@@ -179,6 +181,7 @@ impl<D: Dialect> CliHarness<D> {
             resume,
             output_schema: schema,
             transcript_replaced: replaced,
+            approvals: !request.approvals.is_empty(),
         })?;
         command.current_dir(&cwd).envs(settings.env);
         let seen: HashSet<String> = lines
@@ -208,6 +211,7 @@ impl<D: Dialect> CliHarness<D> {
             request.harness_session_id.as_deref(),
             request.transcript.len(),
             schema.as_deref(),
+            !request.decisions.is_empty(),
         );
         let mut announced = false;
         loop {
@@ -255,6 +259,19 @@ impl<D: Dialect> CliHarness<D> {
                         message,
                     });
                 }
+                TurnEnd::Paused(calls) => {
+                    // Kept waiting for the decision, mid-turn: the continuation answers it.
+                    self.pool.put(Warm {
+                        session_id: request.session_id.clone(),
+                        harness_session_id: cli.harness_session_id.clone(),
+                        journaled_lines: request.transcript.len() + state.mirrored.len(),
+                        schema,
+                        process: cli,
+                        last_used: Instant::now(),
+                        paused: true,
+                    });
+                    return Ok(TurnOutcome::paused(calls));
+                }
                 TurnEnd::End(end) => {
                     let outcome = self.dialect.outcome(&end, &turn, &cli.stderr_tail());
                     cli.turns += 1;
@@ -266,6 +283,7 @@ impl<D: Dialect> CliHarness<D> {
                             schema,
                             process: cli,
                             last_used: Instant::now(),
+                            paused: false,
                         });
                     } else {
                         cli.kill();
@@ -343,6 +361,11 @@ impl<D: Dialect> CliHarness<D> {
                 return Err(HarnessError::Cancelled);
             }
             Step::End(end) => return Ok(Some(TurnEnd::End(end))),
+            Step::Pause(_) if stopping => {
+                cli.kill();
+                return Err(HarnessError::Cancelled);
+            }
+            Step::Pause(calls) => return Ok(Some(TurnEnd::Paused(calls))),
             Step::Send(line) => {
                 if let Err(error) = write_line(cli, &line).await {
                     return Ok(Some(TurnEnd::Died(format!(
@@ -431,6 +454,7 @@ impl<D: Dialect> CliHarness<D> {
             let context = LineContext {
                 transcript: &request.transcript,
                 mirrored: &state.mirrored,
+                approvals: &request.approvals,
             };
             for step in dialect.on_line(&line, turn, memory, context) {
                 if let Some(end) = self

@@ -26,6 +26,9 @@ pub(crate) struct Warm {
     pub(crate) schema: Option<String>,
     pub(crate) process: CliProcess,
     pub(crate) last_used: Instant,
+    /// Mid-turn, waiting for a person's decision on a call it asked to run: only the
+    /// run's continuation may take it (any other turn starts a new process).
+    pub(crate) paused: bool,
 }
 
 impl Pool {
@@ -45,6 +48,7 @@ impl Pool {
         harness_session_id: Option<&str>,
         journaled_lines: usize,
         schema: Option<&str>,
+        continuing: bool,
     ) -> Option<CliProcess> {
         let mut warm = self.warm.lock().unwrap_or_else(|e| e.into_inner());
         let at = warm.iter().position(|w| &w.session_id == session_id)?;
@@ -53,6 +57,7 @@ impl Pool {
         if Some(entry.harness_session_id.as_str()) == harness_session_id
             && entry.journaled_lines == journaled_lines
             && entry.schema.as_deref() == schema
+            && entry.paused == continuing
             && entry.process.alive()
         {
             Some(entry.process)
