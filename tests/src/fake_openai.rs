@@ -17,6 +17,7 @@
 //! | `@slow MS` | waits MS between the answer's words (and before the first) |
 //! | `@think MS` | waits MS before each response (a model's time to think) |
 //! | `@error KIND [xN]` | fails: `401`, `429`, `500`, `503`, `400`, `context`, `quota`; the first N times only |
+//! | `- shell ARGS (ID): approved: …` | (turnstile's message of a decision made after the paused CLI was gone) runs ARGS' command again, as a model that follows the decision would |
 //! | `@history` | answers every user message it was sent, one per line (`user: …`), and every tool output (`tool: …`) |
 //!
 //! A compaction request is answered with `FAKE-SUMMARY: …`. Usage is deterministic:
@@ -296,6 +297,10 @@ fn plan(state: &Mutex<State>, request: &Recorded) -> Answer {
     let mut delay = Duration::ZERO;
     let mut think = Duration::ZERO;
     for line in acting.lines() {
+        if let Some(command) = approved_command(line) {
+            commands.push(command);
+            continue;
+        }
         let Some(directive) = line.trim().strip_prefix('@') else {
             continue;
         };
@@ -560,4 +565,32 @@ async fn stream(
         }}}),
     )
     .await;
+}
+
+/// The command of a call turnstile's decision message says was approved (`- shell ARGS
+/// (ID): approved: …`), whose ARGS' `command` is the command line (or its argv).
+fn approved_command(line: &str) -> Option<String> {
+    let rest = line.strip_prefix("- shell ")?;
+    let (call, verdict) = rest.rsplit_once("): ")?;
+    if !verdict.starts_with("approved") {
+        return None;
+    }
+    let (args, _id) = call.rsplit_once(" (")?;
+    let args: Value = serde_json::from_str(args).ok()?;
+    match &args["command"] {
+        // The command as the CLI ran it, in a login shell: the model's was inside.
+        Value::String(command) => Some(
+            command
+                .strip_prefix("/bin/bash -lc ")
+                .map(|inner| inner.trim_matches('\'').to_owned())
+                .unwrap_or_else(|| command.clone()),
+        ),
+        Value::Array(argv) => Some(
+            argv.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
+        _ => None,
+    }
 }

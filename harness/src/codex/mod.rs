@@ -11,6 +11,7 @@
 //! classified from `codexErrorInfo`, usage as the thread's total after the turn minus
 //! before it). What the CLI does is in `shared/reference/codex-cli.md`.
 
+mod approvals;
 mod outcome;
 mod protocol;
 

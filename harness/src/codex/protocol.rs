@@ -29,6 +29,26 @@ pub struct CodexProcess {
     thread_total: Option<Tokens>,
     /// The last request id used.
     next_id: u64,
+    /// Its approval requests (`approvals.rs`).
+    pub(crate) approvals: super::approvals::Approvals,
+}
+
+impl CodexProcess {
+    /// The thread it serves.
+    pub(crate) fn thread_id(&self) -> Option<&str> {
+        self.thread_id.as_deref()
+    }
+
+    /// A `turn/steer` that adds `text` to the running turn's input.
+    pub(crate) fn steer(&mut self, thread_id: &str, turn_id: &str, text: &str) -> String {
+        let input = json!([{"type": "text", "text": text, "text_elements": []}]);
+        rpc(
+            self,
+            "steer",
+            "turn/steer",
+            json!({"threadId": thread_id, "expectedTurnId": turn_id, "input": input}),
+        )
+    }
 }
 
 /// A thread's token totals (`thread/tokenUsage/updated`'s `total`).
@@ -104,6 +124,8 @@ pub struct CodexTurn {
     pub(crate) compacted: bool,
     /// The model the thread runs.
     pub(crate) model: Option<String>,
+    /// Some calls wait for a person's decision (the agent's `approvals`).
+    pub(crate) approvals: bool,
 }
 
 /// A JSON-RPC request line whose id says what it is (`turn:7`).
@@ -124,8 +146,25 @@ pub(crate) fn turn_input(
     turn.compacting = request.message == COMPACT_MESSAGE;
     turn.cwd = request.cwd.clone();
     turn.model = Some(codex.options.model.clone());
-    let mut input = vec![json!({"type": "text", "text": request.message, "text_elements": []})];
-    input.extend(super::images(&request.message));
+    turn.approvals = !request.approvals.is_empty();
+    if let Some(answers) = super::approvals::answers(process, &request.decisions, turn) {
+        // The process waited for these decisions, mid-turn: its answers go on with it.
+        turn.before = process.thread_total.clone();
+        return answers;
+    }
+    let message = if request.paused_before {
+        // The process that asked is gone: the resumed thread is told the decision.
+        super::approvals::remember_confirmed(process, &request.decisions);
+        if request.decisions.is_empty() {
+            "Continue where you left off.".to_owned()
+        } else {
+            crate::Decision::message(&request.decisions)
+        }
+    } else {
+        request.message.clone()
+    };
+    let mut input = vec![json!({"type": "text", "text": message, "text_elements": []})];
+    input.extend(super::images(&message));
     turn.start = json!({"input": input});
     if let Some(schema) = request
         .output_schema
@@ -177,7 +216,7 @@ fn thread_params(codex: &Codex, turn: &CodexTurn) -> Value {
         "cwd": cwd,
         "model": options.model,
         "sandbox": options.sandbox,
-        "approvalPolicy": options.approval_policy,
+        "approvalPolicy": super::approvals::policy(&options.approval_policy, turn.approvals),
     });
     match &turn.thread_id {
         Some(thread_id) if turn.resume => params["threadId"] = json!(thread_id),
@@ -210,6 +249,17 @@ pub(crate) fn on_line(
     let method = message["method"].as_str();
     match (method, message.get("id")) {
         (None, Some(id)) => answer(codex, id, &message, turn, process),
+        (Some(method), Some(id)) if super::approvals::is_approval(method) => {
+            super::approvals::request(
+                method,
+                id,
+                &message["params"],
+                &codex.options.approval_policy,
+                turn,
+                process,
+                context,
+            )
+        }
         (Some(method), Some(id)) => vec![Step::Send(server_request(method, id))],
         (Some("turn/completed"), None) if turn.compacted => {
             // The compaction's record is the rollout's `compacted` line, mirrored when
@@ -265,12 +315,8 @@ fn compaction(context: LineContext<'_>) -> Option<HarnessEvent> {
     })
 }
 
-/// What the app-server asks of us: approvals are declined (the configured policy
-/// decides what needs none), anything else is refused.
+/// What the app-server asks of us besides approvals (`approvals.rs`): refused.
 fn server_request(method: &str, id: &Value) -> String {
-    if method.ends_with("requestApproval") || method.ends_with("Approval") {
-        return json!({"id": id, "result": {"decision": "decline"}}).to_string();
-    }
     json!({"id": id, "error": {"code": -32601, "message": format!("turnstile does not answer {method}")}})
         .to_string()
 }
@@ -289,7 +335,8 @@ fn answer(
         .unwrap_or_default();
     if let Some(error) = message.get("error") {
         let text = error["message"].as_str().unwrap_or("refused").to_owned();
-        if kind == "interrupt" {
+        if kind == "interrupt" || kind == "steer" {
+            // A turn that cannot be steered or stopped any more ends on its own.
             return Vec::new();
         }
         turn.refused = Some((kind.to_owned(), text));

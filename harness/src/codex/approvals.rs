@@ -1,0 +1,162 @@
+//! Codex's approval requests as turnstile's approvals (`spec/approvals.md`): the
+//! app-server asks before a command (`item/commandExecution/requestApproval`) or a file
+//! change (`item/fileChange/requestApproval`); a call that matches the agent's
+//! `approvals` pauses the turn, the request left unanswered while the process waits
+//! (kept warm), and the continuation answers it (`accept`, or `decline` with the note
+//! steered into the turn, `turn/steer`, so the model reads why). When the process is
+//! gone (a restart), the resumed thread is told the decision, and a confirmed call the
+//! model asks for again is accepted without a second pause.
+
+use serde_json::{Value, json};
+
+use super::protocol::{CodexProcess, CodexTurn};
+use crate::cli::{LineContext, Step};
+use crate::{Decision, ToolCall};
+
+/// What a process remembers of approval requests.
+#[derive(Debug, Default)]
+pub(crate) struct Approvals {
+    /// Requests waiting for a person's decision.
+    waiting: Vec<Waiting>,
+    /// Calls confirmed after the process that asked was gone: (tool, command).
+    confirmed: Vec<(String, Value)>,
+}
+
+/// An approval request not answered yet.
+#[derive(Debug)]
+struct Waiting {
+    /// The request's JSON-RPC id.
+    id: Value,
+    /// The item it is about (the tool call's id).
+    item_id: String,
+    /// The turn it came in.
+    turn_id: Option<String>,
+}
+
+/// The approval policy a thread runs with: with `approvals`, Codex must ask (`never`
+/// becomes `untrusted`: every command but the trusted read-only ones is asked about).
+pub(crate) fn policy(configured: &str, approvals: bool) -> &str {
+    if approvals && configured == "never" {
+        "untrusted"
+    } else {
+        configured
+    }
+}
+
+/// Whether `method` is an approval request.
+pub(crate) fn is_approval(method: &str) -> bool {
+    method.ends_with("requestApproval") || method.ends_with("Approval")
+}
+
+/// The call an approval request is about, as the run's events name it.
+fn call_of(method: &str, params: &Value) -> ToolCall {
+    let (name, args) = if method.contains("fileChange") || method == "applyPatchApproval" {
+        ("apply_patch", json!({"reason": params["reason"]}))
+    } else {
+        (
+            "shell",
+            json!({"command": params["command"], "cwd": params["cwd"]}),
+        )
+    };
+    ToolCall {
+        tool_call_id: params["itemId"]
+            .as_str()
+            .or(params["callId"].as_str())
+            .unwrap_or_default()
+            .to_owned(),
+        tool_name: name.to_owned(),
+        tool_args: args.to_string(),
+        ..ToolCall::default()
+    }
+}
+
+fn decision(id: &Value, decision: &str) -> String {
+    json!({"id": id, "result": {"decision": decision}}).to_string()
+}
+
+/// The steps of an approval request: a confirmed call runs; a call that waits for a
+/// person pauses the turn; any other is accepted when turnstile chose the policy (the
+/// agent's own is `never`), else declined as before (nobody to ask).
+pub(crate) fn request(
+    method: &str,
+    id: &Value,
+    params: &Value,
+    configured_policy: &str,
+    turn: &CodexTurn,
+    process: &mut CodexProcess,
+    context: LineContext<'_>,
+) -> Vec<Step> {
+    let call = call_of(method, params);
+    let command = params["command"].clone();
+    let approvals = &mut process.approvals;
+    let confirmed = approvals
+        .confirmed
+        .iter()
+        .position(|(tool, args)| *tool == call.tool_name && *args == command);
+    if let Some(at) = confirmed {
+        approvals.confirmed.remove(at);
+        return vec![Step::Send(decision(id, "accept"))];
+    }
+    if !context.approvals.matches(&call.tool_name) {
+        let answer = if configured_policy == "never" {
+            "accept"
+        } else {
+            "decline"
+        };
+        return vec![Step::Send(decision(id, answer))];
+    }
+    approvals.waiting.push(Waiting {
+        id: id.clone(),
+        item_id: call.tool_call_id.clone(),
+        turn_id: turn.turn_id.clone(),
+    });
+    vec![Step::Mirror(None), Step::Pause(vec![call])]
+}
+
+/// The answers to the requests a paused process waits on (a denial's note steered
+/// into the turn first, so the model's next request carries it); `None` when it waits
+/// on none (a new process).
+pub(crate) fn answers(
+    process: &mut CodexProcess,
+    decisions: &[Decision],
+    turn: &mut CodexTurn,
+) -> Option<String> {
+    if process.approvals.waiting.is_empty() || decisions.is_empty() {
+        return None;
+    }
+    let thread_id = process.thread_id().map(str::to_owned);
+    let mut lines = Vec::new();
+    for waiting in std::mem::take(&mut process.approvals.waiting) {
+        turn.turn_id = waiting.turn_id.clone().or(turn.turn_id.take());
+        let decided = decisions
+            .iter()
+            .find(|decision| decision.tool.tool_call_id == waiting.item_id);
+        match decided {
+            Some(decided) if decided.confirmed => lines.push(decision(&waiting.id, "accept")),
+            _ => {
+                let denial = decided.map_or_else(
+                    || "A person denied this tool call.".to_owned(),
+                    Decision::denial,
+                );
+                if let (Some(thread_id), Some(turn_id)) = (&thread_id, &waiting.turn_id) {
+                    lines.push(process.steer(thread_id, turn_id, &denial));
+                }
+                lines.push(decision(&waiting.id, "decline"));
+            }
+        }
+    }
+    turn.thread_id = thread_id;
+    Some(lines.join("\n"))
+}
+
+/// Confirmed calls a new process may accept when the model asks for them again.
+pub(crate) fn remember_confirmed(process: &mut CodexProcess, decisions: &[Decision]) {
+    process.approvals.confirmed = decisions
+        .iter()
+        .filter(|decision| decision.confirmed)
+        .map(|decision| {
+            let args: Value = serde_json::from_str(&decision.tool.tool_args).unwrap_or(Value::Null);
+            (decision.tool.tool_name.clone(), args["command"].clone())
+        })
+        .collect();
+}
