@@ -73,6 +73,21 @@ fn agnos_own_client_parses_every_answer() {
     drive("compat.py", &server, "all calls parsed");
 }
 
+/// Approvals (issue 30): agno's own client pauses a run, confirms or rejects its
+/// requirement with agno's own `RunRequirement`, and continues the same run, plainly and
+/// streamed.
+#[test]
+fn agnos_own_client_pauses_and_continues_a_run_30() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("turnstile.toml"),
+        "[server]\ndata_dir = \"./data\"\n\n[[agents]]\nid = \"scripted\"\nharness = \"scripted\"\napprovals = [\"Bash\"]\n",
+    )
+    .unwrap();
+    let server = Server::start_in(dir.path(), &["--config", "turnstile.toml"]);
+    drive("approvals.py", &server, "paused and continued");
+}
+
 /// The same client with bearer tokens against a server in `[auth] mode = "jwt"` with
 /// per-user isolation (issue 31): a user's own sessions, runs and metrics, another's
 /// `404`, a missing scope `403`.
