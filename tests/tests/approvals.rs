@@ -601,3 +601,72 @@ async fn operators_approve_and_deny_from_the_command_line_30() {
     );
     assert!(timeline.contains("denied (\"no writes\")"), "{timeline}");
 }
+
+#[tokio::test]
+async fn a_decision_sent_to_the_other_replica_reaches_the_owner_or_its_successor_30() {
+    let Some(url) = turnstile_tests::postgres::database() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let replica = |name: &str| {
+        let home = dir.path().join(name);
+        std::fs::create_dir_all(&home).unwrap();
+        config(
+            &home,
+            &format!("\n[journal]\nbackend = \"postgres\"\nurl = \"{url}\"\nlease_s = 2\n"),
+        );
+        start(&home)
+    };
+    let (a, b) = (replica("a"), replica("b"));
+    let session = format!("pg-{}", std::process::id());
+
+    // Paused on A, which keeps the session; decided on B: handed to A, the run goes on.
+    let run = turn(&a, &session, "/tool Bash {\"command\":\"make\"}\nbuilt").await;
+    assert_eq!(run["status"], "PAUSED", "{run}");
+    let on_b = get(
+        &b,
+        &format!("/agents/coder/runs/{}", run["run_id"].as_str().unwrap()),
+    )
+    .await;
+    assert_eq!(on_b["status"], "PAUSED", "{on_b}");
+    let listed = get(&b, &format!("/approvals?session_id={session}")).await;
+    assert_eq!(listed["meta"]["total_count"], 1, "{listed}");
+    let (status, done) = decide(&b, &run, &decided(&run, &[(true, None)]), false).await;
+    assert_eq!(
+        status,
+        200,
+        "{done} {:?}",
+        b.logs().iter().rev().take(8).collect::<Vec<_>>()
+    );
+    assert_eq!(done["status"], "COMPLETED", "{done}");
+    assert_eq!(done["tools"][0]["result"], "ok:Bash", "{done}");
+
+    // Paused on A, A killed: B takes the session over once A's lease lapses, the run
+    // still paused (nothing ran again), and the decision is applied there.
+    let second = format!("{session}-2");
+    let run = turn(
+        &a,
+        &second,
+        "/tool Read {}\n/tool Bash {\"command\":\"make\"}\nbuilt",
+    )
+    .await;
+    assert_eq!(run["status"], "PAUSED", "{run}");
+    a.kill();
+    let (status, done) = decide(&b, &run, &decided(&run, &[(false, Some("no"))]), false).await;
+    assert_eq!(
+        status,
+        200,
+        "{done} {:?}",
+        b.logs().iter().rev().take(6).collect::<Vec<_>>()
+    );
+    assert_eq!(done["status"], "COMPLETED", "{done}");
+    let names: Vec<&str> = done["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["tool_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["Read", "Bash"], "{done}");
+    assert_eq!(done["tools"][1]["confirmed"], false, "{done}");
+    b.terminate();
+}

@@ -261,8 +261,9 @@ impl Actor for SessionActor {
                 && !actor.compacting
                 && !actor.creating
                 // A paused run's actor keeps its session (and, on a shared journal, its
-                // lease) and the timer of its approval timeout.
-                && actor.paused_run().is_none()
+                // lease) and the timer of its approval timeout; an actor that only
+                // answers for another replica's session does not.
+                && (actor.paused_run().is_none() || actor.remote.is_some())
                 && actor.deciding.is_none()
                 // A deletion in flight is answered by this actor: stopping now would
                 // drop the answer (the caller asks again and hears "no such session")

@@ -4,11 +4,18 @@
 use crate::Error;
 
 /// The schema versions this build knows, in order: (version, description, SQL).
-pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "streams, records, positions, indexes",
-    include_str!("../../migrations/0001_journal.sql"),
-)];
+pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "streams, records, positions, indexes",
+        include_str!("../../migrations/0001_journal.sql"),
+    ),
+    (
+        2,
+        "decisions handed to a session's owner",
+        include_str!("../../migrations/0002_decide.sql"),
+    ),
+];
 
 /// Creates or migrates the schema, one version per transaction, under an advisory lock
 /// so processes starting together apply each version once.
