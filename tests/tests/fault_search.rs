@@ -33,8 +33,9 @@ use turnstile_tests::{Store, scripted_agent};
 
 const SESSIONS: usize = 5;
 const OPERATIONS: usize = 120;
-const MESSAGES: [&str; 6] = [
+const MESSAGES: [&str; 7] = [
     "/tool Read {}\n/reply read",
+    "/write notes/c.txt c\n/tool Grep {}\n/write notes/d.txt d\n/reply decided",
     "/sleep 20\n/write notes/a.txt wrote\n/tool Bash {}\n/reply wrote",
     "hello",
     "/fail transient 1\n/tool Grep {}\n/reply retried",
@@ -180,6 +181,10 @@ impl Search {
                 )
                 .unwrap(),
             });
+            // Grep waits for a person (issue 30): its runs pause, and are decided by the
+            // workload or time out, under the same faults.
+            agent.approval.tools = turnstile_harness::Approvals::new(vec!["Grep".into()]);
+            agent.approval.timeout = Some(Duration::from_millis(300));
             let mut config = self.store.config(vec![agent]);
             config.max_concurrent_runs = 3;
             config.session_idle = Duration::from_millis(150);
@@ -327,6 +332,8 @@ impl Search {
                 .await;
                 self.cuts += 1;
             }
+        } else if roll < 83 {
+            self.decide().await;
         } else if roll < 85 {
             self.crashes += 1;
             self.crash().await;
@@ -335,6 +342,35 @@ impl Search {
         } else {
             let pause = self.rng.random_range(0..30);
             tokio::time::sleep(Duration::from_millis(pause)).await;
+        }
+    }
+
+    /// Decides a paused run's calls at random (each confirmed or denied).
+    async fn decide(&mut self) {
+        let Ok(paused) = self.runtime().paused_runs(None, None) else {
+            return;
+        };
+        if paused.is_empty() {
+            return;
+        }
+        let run = &paused[self.rng.random_range(0..paused.len())];
+        let decisions = run
+            .pending
+            .iter()
+            .map(|call| turnstile_journal::ToolDecision {
+                tool_call_id: call.tool_call_id.clone(),
+                confirmed: self.rng.random_bool(0.5),
+                note: Some("the fault search".into()),
+            })
+            .collect();
+        let command = turnstile_actors::DecideRun {
+            run_id: run.run_id.clone(),
+            decisions,
+            decided_by: None,
+        };
+        if let Ok(Ok(handle)) = self.runtime().decide_run(command).await {
+            let streamed = self.rng.random_bool(0.5);
+            self.follow(handle, streamed);
         }
     }
 
@@ -501,7 +537,26 @@ fn print_session(journal: &Journal, session_id: &SessionId, until: u64) {
     }
 }
 
-async fn search(seed: u64, store: Store) -> (u64, u64, usize) {
+/// Pauses and decisions in the journal (the workload's approvals, issue 30).
+fn approvals_of(journal: &Journal) -> (usize, usize) {
+    let mut counts = (0, 0);
+    for record in journal.read_from(JournalPos(0)).flatten() {
+        match &record.event {
+            Event::RunEventEmitted {
+                event: turnstile_journal::RunEvent::Paused { .. },
+                ..
+            } => counts.0 += 1,
+            Event::RunEventEmitted {
+                event: turnstile_journal::RunEvent::Continued { .. },
+                ..
+            } => counts.1 += 1,
+            _ => {}
+        }
+    }
+    counts
+}
+
+async fn search(seed: u64, store: Store) -> (u64, u64, usize, (usize, usize)) {
     let place = match &store {
         Store::Sled(dir) => dir.path().display().to_string(),
         Store::Postgres { url, .. } => url.clone(),
@@ -528,7 +583,8 @@ async fn search(seed: u64, store: Store) -> (u64, u64, usize) {
     search.check(true).await;
     faults::remove(&search.place);
     let acknowledged = search.told.lock().unwrap().acknowledged.len();
-    (search.crashes, search.injected, acknowledged)
+    let approvals = approvals_of(&search.store.journal());
+    (search.crashes, search.injected, acknowledged, approvals)
 }
 
 /// The seeds to run: `TURNSTILE_SEED` alone, else `TURNSTILE_FAULT_SEEDS` (or
@@ -549,21 +605,23 @@ fn seeds(default: u64) -> Vec<u64> {
 }
 
 async fn run_seeds(seeds: Vec<u64>, store: impl Fn() -> Option<Store>) {
-    let mut totals = (0, 0, 0);
+    let mut totals = (0, 0, 0, 0, 0);
     let count = seeds.len();
     for seed in seeds {
         let Some(store) = store() else {
             return;
         };
         println!("seed {seed} (replay with TURNSTILE_SEED={seed})");
-        let (crashes, injected, acknowledged) = search(seed, store).await;
+        let (crashes, injected, acknowledged, (paused, continued)) = search(seed, store).await;
         totals.0 += crashes;
         totals.1 += injected;
         totals.2 += acknowledged;
+        totals.3 += paused;
+        totals.4 += continued;
     }
     println!(
-        "{count} seeds: {} crashes, {} faults injected, {} runs acknowledged, every invariant held",
-        totals.0, totals.1, totals.2
+        "{count} seeds: {} crashes, {} faults injected, {} runs acknowledged, {} pauses, {} decisions, every invariant held",
+        totals.0, totals.1, totals.2, totals.3, totals.4
     );
 }
 
