@@ -270,6 +270,48 @@ pub fn console_files_run(shots: &Path) {
     );
 }
 
+/// The console's approvals (issue 30): two runs paused on a Bash call, approved and
+/// denied from the page.
+pub fn console_approvals_run(shots: &Path) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("turnstile.toml");
+    std::fs::write(
+        &config,
+        "[[agents]]\nid = \"coder\"\nharness = \"scripted\"\napprovals = [\"Bash\"]\n",
+    )
+    .unwrap();
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        for (session, message) in [
+            ("deploy", "/tool Bash {\"command\":\"make deploy\"}\ndeployed"),
+            ("cleanup", "/tool Bash {\"command\":\"rm -rf build\"}\ncleaned"),
+        ] {
+            let response = http_client()
+                .post(server.url("/agents/coder/runs"))
+                .form(&[
+                    ("message", message),
+                    ("session_id", session),
+                    ("stream", "false"),
+                ])
+                .send()
+                .await
+                .unwrap();
+            let run: serde_json::Value = response.json().await.unwrap();
+            assert_eq!(run["status"], "PAUSED", "{run}");
+        }
+    });
+    drive(
+        &server,
+        "approvals.cjs",
+        &[],
+        shots,
+        "console approvals: all checks passed",
+    );
+}
+
 /// Runs `tests/console/<script> BASE ARGS… SHOTS` in node; it must exit 0 and say
 /// `passed`.
 fn drive(server: &Server, script: &str, args: &[&str], shots: &Path, passed: &str) {

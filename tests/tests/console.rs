@@ -6,12 +6,15 @@
 //! runs (and after a reload), refusals (409, 404), cancel from the page, the metrics'
 //! charts, and fit a phone-width screen by keyboard. Signed in with a token of a server
 //! with per-user isolation, it shows that user's sessions only. A run's page lists the
-//! files it changed in its session's workspace, each opening as a diff.
+//! files it changed in its session's workspace, each opening as a diff. The approvals
+//! page lists the calls waiting for a decision, and its buttons approve and deny them.
 //!
 //! The test writes its screenshots to a temporary directory;
 //! `cargo run -p turnstile-tests --example screenshots` remakes those of `docs/console/`.
 
-use turnstile_tests::console::{console_files_run, console_run, console_tokens_run, tools};
+use turnstile_tests::console::{
+    console_approvals_run, console_files_run, console_run, console_tokens_run, tools,
+};
 
 #[test]
 fn the_console_shows_sessions_timelines_live_runs_and_refusals_18() {
@@ -40,4 +43,14 @@ fn the_console_shows_a_runs_changed_files_as_diffs_29() {
     }
     let shots = tempfile::tempdir().unwrap();
     console_files_run(shots.path());
+}
+
+/// The pending approvals, approved and denied from the page (issue 30).
+#[test]
+fn the_console_lists_pending_approvals_and_decides_them_30() {
+    if tools().is_none() {
+        return;
+    }
+    let shots = tempfile::tempdir().unwrap();
+    console_approvals_run(shots.path());
 }

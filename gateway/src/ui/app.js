@@ -516,6 +516,57 @@ async function metricsPage() {
     }))));
 }
 
+// ---- approvals -------------------------------------------------------------------
+
+// Decides every pending call of a paused run at once (every pending call must be decided),
+// with the run's note; the run goes on in the background.
+async function decideRun(row, confirmed, note) {
+  const tools = row.calls.map((call) => ({ tool_call_id: call.tool_call_id, confirmed, confirmation_note: note || null }));
+  await api(`/agents/${encodeURIComponent(row.agent_id)}/runs/${encodeURIComponent(row.run_id)}/continue`,
+    form({ tools: JSON.stringify(tools), session_id: row.session_id, stream: "false", background: "true" }));
+}
+
+async function approvalsPage(params) {
+  const page = Math.max(1, parseInt(params.get("page") || "1", 10));
+  const listing = await api(`/approvals?limit=100&page=${page}`);
+  const runs = new Map();
+  for (const call of listing.data) {
+    if (!runs.has(call.run_id)) runs.set(call.run_id, { ...call, calls: [] });
+    runs.get(call.run_id).calls.push(call);
+  }
+  const rows = [...runs.values()].map((row) => {
+    const note = el("input", { type: "text", class: "note", placeholder: "note (told to the model when denied)",
+      "aria-label": `Note for run ${row.run_id}` });
+    const act = (confirmed) => async (event) => {
+      event.target.disabled = true;
+      try {
+        await decideRun(row, confirmed, note.value);
+        await approvalsPage(params);
+      } catch (error) {
+        showError(error);
+        event.target.disabled = false;
+      }
+    };
+    return el("tr", { class: "approval", "data-run": row.run_id },
+      el("td", { "data-label": "Run" },
+        el("a", { href: `#/run/${encodeURIComponent(row.agent_id)}/${encodeURIComponent(row.run_id)}` }, row.run_id),
+        el("div", { class: "pos" }, `${row.agent_id} · session ${row.session_id}`)),
+      el("td", { "data-label": "Waiting" }, row.calls.map((call) =>
+        el("div", { class: "call" }, el("code", {}, call.tool_name), " ", el("code", {}, JSON.stringify(call.tool_args))))),
+      el("td", { "data-label": "Since" }, when(row.paused_at)),
+      el("td", { "data-label": "Decide" }, note,
+        el("button", { type: "button", class: "approve", onclick: act(true) }, "Approve"),
+        el("button", { type: "button", class: "deny", onclick: act(false) }, "Deny")));
+  });
+  main.replaceChildren(
+    el("h1", {}, "Approvals"),
+    el("p", {}, `${listing.meta.total_count} tool call(s) waiting for a decision, oldest first.`),
+    rows.length === 0 ? el("p", { class: "empty" }, "Nothing is waiting.") :
+      el("table", { class: "approvals" },
+        el("thead", {}, el("tr", {}, ["Run", "Waiting", "Since", "Decide"].map((h) => el("th", { scope: "col" }, h)))),
+        el("tbody", {}, rows)));
+}
+
 // ---- routing -------------------------------------------------------------------
 
 async function render() {
@@ -527,6 +578,7 @@ async function render() {
     if (parts[0] === "session" && parts[1]) await sessionPage(parts[1]);
     else if (parts[0] === "run" && parts[2]) await runPage(parts[1], parts[2]);
     else if (parts[0] === "metrics") await metricsPage();
+    else if (parts[0] === "approvals") await approvalsPage(new URLSearchParams(query || ""));
     else await sessionsPage(new URLSearchParams(query || ""));
   } catch (error) {
     showError(error);
