@@ -450,6 +450,15 @@ pub enum HarnessError {
     /// The cancellation signal fired; the turn stopped.
     #[error("Run cancelled")]
     Cancelled,
+    /// The account's usage limit is reached until `resets_at_us` (microseconds since the
+    /// epoch): the runtime waits it out (`wait_on_usage_limit`) or fails the run.
+    #[error("{message}")]
+    UsageLimit {
+        /// What the harness said.
+        message: String,
+        /// When the limit resets.
+        resets_at_us: i64,
+    },
     /// The turn failed.
     #[error("{message}")]
     Failed {

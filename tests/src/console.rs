@@ -286,8 +286,14 @@ pub fn console_approvals_run(shots: &Path) {
     );
     tokio::runtime::Runtime::new().unwrap().block_on(async {
         for (session, message) in [
-            ("deploy", "/tool Bash {\"command\":\"make deploy\"}\ndeployed"),
-            ("cleanup", "/tool Bash {\"command\":\"rm -rf build\"}\ncleaned"),
+            (
+                "deploy",
+                "/tool Bash {\"command\":\"make deploy\"}\ndeployed",
+            ),
+            (
+                "cleanup",
+                "/tool Bash {\"command\":\"rm -rf build\"}\ncleaned",
+            ),
         ] {
             let response = http_client()
                 .post(server.url("/agents/coder/runs"))

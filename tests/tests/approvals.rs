@@ -670,3 +670,85 @@ async fn a_decision_sent_to_the_other_replica_reaches_the_owner_or_its_successor
     assert_eq!(done["tools"][1]["confirmed"], false, "{done}");
     b.terminate();
 }
+
+#[tokio::test]
+async fn a_usage_limit_is_waited_out_across_a_restart_spending_no_attempt_30() {
+    let dir = tempfile::tempdir().unwrap();
+    config(
+        dir.path(),
+        "wait_on_usage_limit = true\nmax_usage_wait_s = 60\n",
+    );
+    let server = start(dir.path());
+    // Waited out in one process: the run goes on with the same id, no attempt spent
+    // (the agent has no retries: a spent attempt would have ended it).
+    let started = std::time::Instant::now();
+    let run = turn(
+        &server,
+        "s1",
+        "/tool Read {}\n/fail usage_limit 1\nafter the limit",
+    )
+    .await;
+    assert!(started.elapsed() >= Duration::from_millis(900), "no wait");
+    assert_eq!(run["status"], "COMPLETED", "{run}");
+    assert_eq!(run["content"], "echo: after the limit");
+    let warning = &run["metadata"]["warnings"][0];
+    assert_eq!(warning["type"], "usage_limit", "{run}");
+    assert!(
+        warning["resets_at"].as_str().unwrap().ends_with("+00:00"),
+        "{warning}"
+    );
+
+    // Stopped during the wait: the journaled timer holds after the restart, and a
+    // stream attached then sees the run go on.
+    let (status, accepted) = post(
+        &server,
+        "/agents/coder/runs",
+        &[
+            ("message", "/fail usage_limit 2\nlater"),
+            ("session_id", "s2"),
+            ("stream", "false"),
+            ("background", "true"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 202, "{accepted}");
+    let path = format!(
+        "/agents/coder/runs/{}",
+        accepted["run_id"].as_str().unwrap()
+    );
+    let mut waiting = get(&server, &path).await;
+    for _ in 0..200 {
+        if waiting["metadata"]["warnings"]
+            .as_array()
+            .is_some_and(|w| !w.is_empty())
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        waiting = get(&server, &path).await;
+    }
+    assert_eq!(waiting["status"], "RUNNING", "{waiting}");
+    server.kill();
+    let server = start(dir.path());
+    let mut done = get(&server, &path).await;
+    for _ in 0..400 {
+        if done["status"] == "COMPLETED" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        done = get(&server, &path).await;
+    }
+    assert_eq!(done["status"], "COMPLETED", "{done}");
+    assert_eq!(done["content"], "echo: later");
+
+    // Without wait_on_usage_limit the limit is a permanent error.
+    server.terminate();
+    std::fs::remove_file(dir.path().join("turnstile.toml")).unwrap();
+    config(dir.path(), "");
+    let server = start(dir.path());
+    let failed = turn(&server, "s3", "/fail usage_limit 1\nnever").await;
+    assert_eq!(failed["status"], "ERROR", "{failed}");
+    assert_eq!(failed["metadata"]["error_type"], "usage_limit", "{failed}");
+    server.terminate();
+    verify(dir.path());
+}

@@ -24,6 +24,7 @@ use turnstile_journal::{
 mod endings;
 mod retry;
 mod snapshot;
+mod usage;
 mod wire;
 
 pub(crate) use endings::{cancelled_events, failed_events, journal_error_type};
@@ -114,6 +115,11 @@ pub(crate) struct RunTask {
     /// Attempts of the run so far that spent nothing of the retry budget (paused, or a
     /// usage limit waited out).
     pub unspent_attempts: u32,
+    /// A usage limit is waited out for at most this (`None`: it fails the run).
+    pub usage_wait: Option<Duration>,
+    /// A journaled usage-limit wait not over yet (a run resumed after a restart), in
+    /// microseconds since the epoch: the first attempt waits for it.
+    pub usage_wait_until_us: Option<i64>,
 }
 
 enum AttemptEnd {
@@ -128,8 +134,14 @@ impl RunTask {
         let started = Instant::now();
         let mut records = Vec::new();
         let mut first_token: Option<f64> = None;
-        let max_attempts =
+        let mut max_attempts =
             (self.policy.max_attempts() + self.unspent_attempts).max(self.request.attempt);
+        if let Some(until) = self.usage_wait_until_us.take()
+            && !self.sleep_until(until).await
+        {
+            let terminal = self.cancelled();
+            return self.finish(records, terminal);
+        }
         if let Some(error) = self.staging_error.take() {
             let mut terminal = std::mem::take(&mut self.start_events);
             terminal.extend(self.failed("attachment_staging", &error, false));
@@ -163,6 +175,18 @@ impl RunTask {
                     break self.completed(outcome, started, first_token);
                 }
                 AttemptEnd::Harness(Err(HarnessError::Cancelled)) => break self.cancelled(),
+                AttemptEnd::Harness(Err(HarnessError::UsageLimit {
+                    message,
+                    resets_at_us,
+                })) => match self.usage_limit(&message, resets_at_us, &mut records).await {
+                    usage::UsageWait::Waited => {
+                        // Tried again, spending no attempt.
+                        max_attempts += 1;
+                        self.request.attempt += 1;
+                        continue;
+                    }
+                    usage::UsageWait::Ended(events) => break events,
+                },
                 AttemptEnd::Harness(Err(HarnessError::Failed {
                     kind: ErrorKind::SessionNotFound,
                     message,

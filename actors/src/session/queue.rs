@@ -162,6 +162,11 @@ impl SessionActor {
                 decisions: decisions_of(&run),
             },
             unspent_attempts: run.unspent_attempts,
+            usage_wait: agent
+                .approval
+                .wait_on_usage_limit
+                .then_some(agent.approval.max_usage_wait),
+            usage_wait_until_us: run.usage_wait_until_us,
             policy: agent.retry,
             cancel,
             live: live.clone(),

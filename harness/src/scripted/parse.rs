@@ -24,6 +24,9 @@ pub(super) enum Step {
     Sleep(Duration),
     FailTransient(u32),
     FailPermanent(ErrorKind),
+    /// `/fail usage_limit SECONDS`: the run's first attempt hits the usage limit,
+    /// resetting then.
+    FailUsageLimit(u64),
 }
 
 #[derive(Debug, Default)]
@@ -85,7 +88,7 @@ pub(super) fn big_text(bytes: usize) -> String {
     text
 }
 
-/// `/fail transient N` or `/fail permanent KIND`.
+/// `/fail transient N`, `/fail permanent KIND` or `/fail usage_limit SECONDS`.
 pub(super) fn fail_step(rest: &str) -> Result<Step, HarnessError> {
     let (mode, arg) = rest.split_once(' ').unwrap_or((rest, ""));
     match mode {
@@ -102,8 +105,15 @@ pub(super) fn fail_step(rest: &str) -> Result<Step, HarnessError> {
                 .ok_or_else(|| invalid(format!("/fail permanent: unknown kind {arg:?}")))?;
             Ok(Step::FailPermanent(kind))
         }
+        "usage_limit" => {
+            let seconds = arg
+                .trim()
+                .parse()
+                .map_err(|_| invalid(format!("/fail usage_limit needs seconds, got {arg:?}")))?;
+            Ok(Step::FailUsageLimit(seconds))
+        }
         _ => Err(invalid(format!(
-            "/fail needs transient N or permanent KIND, got {rest:?}"
+            "/fail needs transient N, permanent KIND or usage_limit SECONDS, got {rest:?}"
         ))),
     }
 }
