@@ -17,6 +17,7 @@
 //! | `@slow MS` | waits MS between the answer's words (and before the first) |
 //! | `@think MS` | waits MS before each response (a model's time to think) |
 //! | `@error STATUS [xN]` | answers HTTP STATUS (401, 400 context, 400, 429, 529, 500), the first N times only |
+//! | `@error usage-limit xN SECONDS` | answers 429 with the headers of a subscription's usage limit resetting in SECONDS |
 //! | `@usage IN OUT READ WRITE` | reports that usage |
 //! | `- NAME ARGS (ID): approved: …` | (turnstile's message of a decision made after the paused CLI was gone) calls NAME with ARGS again, as a model that follows the decision would |
 //!
@@ -191,10 +192,25 @@ async fn handle(
     }
     let turn = plan(&state, &body);
     if let Some((status, kind, message)) = turn.error {
-        return full(
+        let mut response = full(
             status,
             json!({"type": "error", "error": {"type": kind, "message": message}}),
         );
+        if let Some(reset) = turn.usage_reset {
+            // As the Messages API says a subscription's usage limit is reached.
+            let headers = response.headers_mut();
+            for (name, value) in [
+                ("anthropic-ratelimit-unified-status", "rejected".to_owned()),
+                ("anthropic-ratelimit-unified-reset", reset.to_string()),
+                (
+                    "anthropic-ratelimit-unified-representative-claim",
+                    "five_hour".to_owned(),
+                ),
+            ] {
+                headers.insert(name, value.parse().expect("header"));
+            }
+        }
+        return response;
     }
     let model = body["model"].as_str().unwrap_or(FAKE_MODEL).to_owned();
     if body["stream"].as_bool() != Some(true) {
@@ -242,6 +258,8 @@ enum Block {
 struct Turn {
     blocks: Vec<Block>,
     error: Option<(StatusCode, &'static str, String)>,
+    /// With a 429: the account's usage limit, resetting at this Unix time (seconds).
+    usage_reset: Option<u64>,
     delay: Duration,
     /// Before the whole response.
     think: Duration,
@@ -348,6 +366,7 @@ fn plan(state: &Mutex<State>, body: &Value) -> Turn {
     let mut turn = Turn {
         blocks: Vec::new(),
         error: None,
+        usage_reset: None,
         delay: Duration::ZERO,
         think: Duration::ZERO,
         usage: (12, 7, 0, 0),
@@ -461,6 +480,19 @@ fn plan(state: &Mutex<State>, body: &Value) -> Turn {
                             "rate_limit_error",
                             "rate limited".into(),
                         ),
+                        "usage-limit" => {
+                            let seconds: u64 =
+                                parts.next().and_then(|s| s.parse().ok()).unwrap_or(1);
+                            let now = std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .map_or(0, |since| since.as_secs());
+                            turn.usage_reset = Some(now + seconds);
+                            (
+                                StatusCode::TOO_MANY_REQUESTS,
+                                "rate_limit_error",
+                                "usage limit reached".into(),
+                            )
+                        }
                         "529" => (
                             StatusCode::from_u16(529).expect("529"),
                             "overloaded_error",

@@ -16,7 +16,7 @@
 //! | `@json JSON` | answers the JSON text (structured output) |
 //! | `@slow MS` | waits MS between the answer's words (and before the first) |
 //! | `@think MS` | waits MS before each response (a model's time to think) |
-//! | `@error KIND [xN]` | fails: `401`, `429`, `500`, `503`, `400`, `context`, `quota`; the first N times only |
+//! | `@error KIND [xN]` | fails: `401`, `429`, `500`, `503`, `400`, `context`, `quota`, `usage-limit` (a plan's usage limit, resetting in 2 s); the first N times only |
 //! | `- shell ARGS (ID): approved: …` | (turnstile's message of a decision made after the paused CLI was gone) runs ARGS' command again, as a model that follows the decision would |
 //! | `@history` | answers every user message it was sent, one per line (`user: …`), and every tool output (`tool: …`) |
 //!
@@ -256,7 +256,21 @@ async fn handle(
     }
     let answer = plan(&state, &recorded);
     let items = match answer {
-        Answer::Status(status, body) => return full(status, body),
+        Answer::Status(status, body) => {
+            let mut response = full(status, body.clone());
+            if let Some(reset) = body["error"]["resets_at"].as_u64() {
+                // As the ChatGPT backend says a plan's window is used up.
+                let headers = response.headers_mut();
+                for (name, value) in [
+                    ("x-codex-primary-used-percent", "100".to_owned()),
+                    ("x-codex-primary-window-minutes", "300".to_owned()),
+                    ("x-codex-primary-reset-at", reset.to_string()),
+                ] {
+                    headers.insert(name, value.parse().expect("header"));
+                }
+            }
+            return response;
+        }
         other => other,
     };
     let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, Infallible>>(64);
@@ -423,6 +437,17 @@ fn error(kind: &str) -> Answer {
             "code": "context_length_exceeded",
             "message": "Your input exceeds the context window of this model.",
         })),
+        // A ChatGPT plan's usage limit, resetting in two seconds.
+        "usage-limit" => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| since.as_secs());
+            Answer::Status(
+                StatusCode::TOO_MANY_REQUESTS,
+                json!({"error": {"type": "usage_limit_reached", "message": "The usage limit has been reached",
+                                 "plan_type": "plus", "resets_at": now + 2, "resets_in_seconds": 2}}),
+            )
+        }
         "quota" => Answer::Failed(json!({
             "code": "insufficient_quota",
             "message": "You exceeded your current quota.",

@@ -227,3 +227,73 @@ env = {{ OPENAI_API_KEY = "test-key", HOME = "{home}" }}
     })
     .await;
 }
+
+/// A usage limit the CLI reports with its reset time is waited out, and the run goes
+/// on with the same id: `agent` is the agent's harness keys.
+async fn usage_limit_waited_out(dir: &Path, agent: &str, message: &str) {
+    std::fs::create_dir_all(dir.join("workspace")).unwrap();
+    std::fs::write(
+        dir.join("turnstile.toml"),
+        format!("[server]\ndata_dir = \"./data\"\n\n[[agents]]\nid = \"coder\"\ncwd = \"./workspace\"\nwait_on_usage_limit = true\nmax_usage_wait_s = 60\n{agent}"),
+    )
+    .unwrap();
+    let server = start(dir);
+    let started = std::time::Instant::now();
+    let run = turn(&server, "s1", message).await;
+    assert_eq!(run["status"], "COMPLETED", "{run}");
+    assert!(
+        run["content"].as_str().unwrap().contains("after the limit"),
+        "{run}"
+    );
+    let warning = &run["metadata"]["warnings"][0];
+    assert_eq!(warning["type"], "usage_limit", "{run}");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_secs(1),
+        "no wait"
+    );
+    server.terminate();
+}
+
+/// Claude Code's `rate_limit_event` (a subscription's usage limit, `resetsAt`).
+#[tokio::test]
+async fn claude_codes_usage_limit_is_waited_out_30() {
+    let Some(bin) = claude_bin() else { return };
+    let fake = FakeAnthropic::start();
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let agent = format!(
+        "harness = \"claude-code\"\nclaude_bin = \"{}\"\nenv = {{ ANTHROPIC_BASE_URL = \"{}\", CLAUDE_CODE_OAUTH_TOKEN = \"sk-ant-oat01-fake\", HOME = \"{}\" }}\n",
+        bin.display(),
+        fake.base_url,
+        home.display()
+    );
+    usage_limit_waited_out(
+        dir.path(),
+        &agent,
+        "@error usage-limit x1 2\n@reply after the limit",
+    )
+    .await;
+}
+
+/// Codex's `usageLimitExceeded` with the window's reset (`account/rateLimits/updated`).
+#[tokio::test]
+async fn codexs_usage_limit_is_waited_out_30() {
+    let Some(bin) = codex_bin() else { return };
+    let fake = FakeOpenAi::start();
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let agent = format!(
+        "harness = \"codex\"\ncodex_bin = \"{}\"\nmodel = \"gpt-test\"\nbase_url = \"{}\"\nenv = {{ OPENAI_API_KEY = \"test-key\", HOME = \"{}\" }}\n",
+        bin.display(),
+        fake.base_url,
+        home.display()
+    );
+    usage_limit_waited_out(
+        dir.path(),
+        &agent,
+        "@error usage-limit x1\n@reply after the limit",
+    )
+    .await;
+}

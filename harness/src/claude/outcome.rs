@@ -46,6 +46,13 @@ pub(super) fn outcome(
     if message.is_empty() {
         message = format!("claude ended with {subtype}: {stderr}");
     }
+    if let Some(reset) = turn.usage_reset {
+        // The subscription's limit, with its reset (the CLI's `rate_limit_event`).
+        return Err(HarnessError::UsageLimit {
+            message,
+            resets_at_us: reset.saturating_mul(1_000_000),
+        });
+    }
     Err(HarnessError::Failed {
         kind: classify(result, turn.assistant_error.as_deref(), &message),
         message,

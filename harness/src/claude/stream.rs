@@ -28,6 +28,9 @@ pub struct ClaudeTurn {
     pre_compact_messages: u32,
     /// The `error` slug of the last `assistant` message that had one.
     pub(super) assistant_error: Option<String>,
+    /// A `rate_limit_event` said the account's limit is reached until then (Unix
+    /// seconds).
+    pub(super) usage_reset: Option<i64>,
 }
 
 /// The steps one stdout line stands for.
@@ -60,6 +63,12 @@ pub(super) fn on_line(
             }
         }
         Some("assistant") => assistant(&message, top_level, turn, &mut steps),
+        Some("rate_limit_event") => {
+            let info = &message["rate_limit_info"];
+            if info["status"] == "rejected" {
+                turn.usage_reset = info["resetsAt"].as_i64();
+            }
+        }
         Some("control_request") if message["request"]["subtype"] == "can_use_tool" => {
             permission(&message, turn, permissions, context, &mut steps);
         }

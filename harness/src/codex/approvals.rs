@@ -9,7 +9,6 @@
 
 use serde_json::{Value, json};
 
-use super::protocol::{CodexProcess, CodexTurn};
 use crate::cli::{LineContext, Step};
 use crate::{Decision, ToolCall};
 
@@ -74,21 +73,21 @@ fn decision(id: &Value, decision: &str) -> String {
     json!({"id": id, "result": {"decision": decision}}).to_string()
 }
 
-/// The steps of an approval request: a confirmed call runs; a call that waits for a
-/// person pauses the turn; any other is accepted when turnstile chose the policy (the
-/// agent's own is `never`), else declined as before (nobody to ask).
+/// The steps of an approval request (made in turn `turn_id`): a confirmed call runs; a
+/// call that waits for a person pauses the turn; any other is accepted when turnstile
+/// chose the policy (the agent's own is `never`), else declined as before (nobody to
+/// ask).
 pub(crate) fn request(
     method: &str,
     id: &Value,
     params: &Value,
     configured_policy: &str,
-    turn: &CodexTurn,
-    process: &mut CodexProcess,
+    turn_id: Option<String>,
+    approvals: &mut Approvals,
     context: LineContext<'_>,
 ) -> Vec<Step> {
     let call = call_of(method, params);
     let command = params["command"].clone();
-    let approvals = &mut process.approvals;
     let confirmed = approvals
         .confirmed
         .iter()
@@ -108,26 +107,27 @@ pub(crate) fn request(
     approvals.waiting.push(Waiting {
         id: id.clone(),
         item_id: call.tool_call_id.clone(),
-        turn_id: turn.turn_id.clone(),
+        turn_id,
     });
     vec![Step::Mirror(None), Step::Pause(vec![call])]
 }
 
-/// The answers to the requests a paused process waits on (a denial's note steered
-/// into the turn first, so the model's next request carries it); `None` when it waits
-/// on none (a new process).
+/// The answers to the requests a paused process waits on, and the turn they are of; a
+/// denial's note is steered into the turn first (`steer(turn_id, text)` makes the
+/// request), so the model's next request carries it. `None` when it waits on none (a
+/// new process).
 pub(crate) fn answers(
-    process: &mut CodexProcess,
+    approvals: &mut Approvals,
     decisions: &[Decision],
-    turn: &mut CodexTurn,
-) -> Option<String> {
-    if process.approvals.waiting.is_empty() || decisions.is_empty() {
+    mut steer: impl FnMut(&str, &str) -> String,
+) -> Option<(String, Option<String>)> {
+    if approvals.waiting.is_empty() || decisions.is_empty() {
         return None;
     }
-    let thread_id = process.thread_id().map(str::to_owned);
     let mut lines = Vec::new();
-    for waiting in std::mem::take(&mut process.approvals.waiting) {
-        turn.turn_id = waiting.turn_id.clone().or(turn.turn_id.take());
+    let mut turn_id = None;
+    for waiting in std::mem::take(&mut approvals.waiting) {
+        turn_id = waiting.turn_id.clone().or(turn_id);
         let decided = decisions
             .iter()
             .find(|decision| decision.tool.tool_call_id == waiting.item_id);
@@ -138,20 +138,19 @@ pub(crate) fn answers(
                     || "A person denied this tool call.".to_owned(),
                     Decision::denial,
                 );
-                if let (Some(thread_id), Some(turn_id)) = (&thread_id, &waiting.turn_id) {
-                    lines.push(process.steer(thread_id, turn_id, &denial));
+                if let Some(turn) = &waiting.turn_id {
+                    lines.push(steer(turn, &denial));
                 }
                 lines.push(decision(&waiting.id, "decline"));
             }
         }
     }
-    turn.thread_id = thread_id;
-    Some(lines.join("\n"))
+    Some((lines.join("\n"), turn_id))
 }
 
 /// Confirmed calls a new process may accept when the model asks for them again.
-pub(crate) fn remember_confirmed(process: &mut CodexProcess, decisions: &[Decision]) {
-    process.approvals.confirmed = decisions
+pub(crate) fn remember_confirmed(approvals: &mut Approvals, decisions: &[Decision]) {
+    approvals.confirmed = decisions
         .iter()
         .filter(|decision| decision.confirmed)
         .map(|decision| {

@@ -12,6 +12,7 @@
 //! before it). What the CLI does is in `shared/reference/codex-cli.md`.
 
 mod approvals;
+mod items;
 mod outcome;
 mod protocol;
 

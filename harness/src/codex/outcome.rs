@@ -81,6 +81,15 @@ pub(crate) fn outcome(
                 .filter(|message| !message.is_empty())
                 .unwrap_or("the codex turn failed")
                 .to_owned();
+            if error["codexErrorInfo"] == "usageLimitExceeded"
+                && let Some(reset) = turn.usage_reset
+            {
+                // The plan's window is used up until its reset (`account/rateLimits/updated`).
+                return Err(HarnessError::UsageLimit {
+                    message,
+                    resets_at_us: reset.saturating_mul(1_000_000),
+                });
+            }
             Err(HarnessError::Failed {
                 kind: classify(&error["codexErrorInfo"], &message),
                 message,
@@ -213,4 +222,20 @@ mod tests {
             }
         );
     }
+}
+
+/// When an exhausted rate-limit window resets (Unix seconds), from
+/// `account/rateLimits/updated`: the latest reset of a window used to 100 %.
+pub(crate) fn usage_reset(params: &Value) -> Option<i64> {
+    let limits = &params["rateLimits"];
+    ["primary", "secondary"]
+        .iter()
+        .map(|window| &limits[*window])
+        .filter(|window| {
+            window["usedPercent"]
+                .as_f64()
+                .is_some_and(|used| used >= 100.0)
+        })
+        .filter_map(|window| window["resetsAt"].as_i64())
+        .max()
 }

@@ -13,8 +13,9 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use super::Codex;
+use super::items::{started, tool_call};
 use crate::cli::{LineContext, Step, TurnStart};
-use crate::{HarnessEvent, ToolCall, TurnRequest};
+use crate::{HarnessEvent, TurnRequest};
 
 /// The message a compaction is asked with; the dialect sends `thread/compact/start`
 /// instead of a turn for it.
@@ -31,24 +32,6 @@ pub struct CodexProcess {
     next_id: u64,
     /// Its approval requests (`approvals.rs`).
     pub(crate) approvals: super::approvals::Approvals,
-}
-
-impl CodexProcess {
-    /// The thread it serves.
-    pub(crate) fn thread_id(&self) -> Option<&str> {
-        self.thread_id.as_deref()
-    }
-
-    /// A `turn/steer` that adds `text` to the running turn's input.
-    pub(crate) fn steer(&mut self, thread_id: &str, turn_id: &str, text: &str) -> String {
-        let input = json!([{"type": "text", "text": text, "text_elements": []}]);
-        rpc(
-            self,
-            "steer",
-            "turn/steer",
-            json!({"threadId": thread_id, "expectedTurnId": turn_id, "input": input}),
-        )
-    }
 }
 
 /// A thread's token totals (`thread/tokenUsage/updated`'s `total`).
@@ -126,6 +109,8 @@ pub struct CodexTurn {
     pub(crate) model: Option<String>,
     /// Some calls wait for a person's decision (the agent's `approvals`).
     pub(crate) approvals: bool,
+    /// A used-up rate-limit window resets then (Unix seconds).
+    pub(crate) usage_reset: Option<i64>,
 }
 
 /// A JSON-RPC request line whose id says what it is (`turn:7`).
@@ -147,14 +132,24 @@ pub(crate) fn turn_input(
     turn.cwd = request.cwd.clone();
     turn.model = Some(codex.options.model.clone());
     turn.approvals = !request.approvals.is_empty();
-    if let Some(answers) = super::approvals::answers(process, &request.decisions, turn) {
+    let thread_id = process.thread_id.clone().unwrap_or_default();
+    let mut approvals = std::mem::take(&mut process.approvals);
+    let answered = super::approvals::answers(&mut approvals, &request.decisions, |turn, text| {
+        let input = json!([{"type": "text", "text": text, "text_elements": []}]);
+        let params = json!({"threadId": thread_id, "expectedTurnId": turn, "input": input});
+        rpc(process, "steer", "turn/steer", params)
+    });
+    process.approvals = approvals;
+    if let Some((answers, turn_id)) = answered {
         // The process waited for these decisions, mid-turn: its answers go on with it.
+        turn.thread_id = process.thread_id.clone();
+        turn.turn_id = turn_id;
         turn.before = process.thread_total.clone();
         return answers;
     }
     let message = if request.paused_before {
         // The process that asked is gone: the resumed thread is told the decision.
-        super::approvals::remember_confirmed(process, &request.decisions);
+        super::approvals::remember_confirmed(&mut process.approvals, &request.decisions);
         if request.decisions.is_empty() {
             "Continue where you left off.".to_owned()
         } else {
@@ -255,8 +250,8 @@ pub(crate) fn on_line(
                 id,
                 &message["params"],
                 &codex.options.approval_policy,
-                turn,
-                process,
+                turn.turn_id.clone(),
+                &mut process.approvals,
                 context,
             )
         }
@@ -416,6 +411,12 @@ fn notification(
             process.thread_total = Some(total);
             Vec::new()
         }
+        "account/rateLimits/updated" => {
+            if let Some(reset) = super::outcome::usage_reset(params) {
+                turn.usage_reset = Some(reset);
+            }
+            Vec::new()
+        }
         "item/agentMessage/delta" => message_delta(params, turn),
         "item/reasoning/summaryTextDelta" | "item/reasoning/textDelta" => {
             let delta = params["delta"].as_str().unwrap_or_default();
@@ -538,94 +539,4 @@ fn item_completed(item: &Value, turn: &mut CodexTurn) -> Vec<Step> {
             None => vec![Step::Received, Step::Mirror(None)],
         },
     }
-}
-
-fn started(tool: &ToolCall) -> ToolCall {
-    ToolCall {
-        result: None,
-        tool_call_error: false,
-        ..tool.clone()
-    }
-}
-
-/// A tool item as agno's CodexAgent shows it: `shell`, `mcp__<server>__<tool>`,
-/// `apply_patch`, `web_search`; a failed one (non-zero exit, declined, MCP error) with
-/// `tool_call_error` and its output ending `[exit code N]`.
-fn tool_call(item: &Value, completed: bool) -> Option<ToolCall> {
-    let id = item["id"].as_str()?.to_owned();
-    let status = item["status"].as_str().unwrap_or_default();
-    let failed = matches!(status, "failed" | "declined");
-    let (name, args, result) = match item["type"].as_str()? {
-        "commandExecution" => {
-            let output = item["aggregatedOutput"].as_str().unwrap_or_default();
-            let exit = item["exitCode"].as_i64();
-            let result = match exit {
-                Some(code) if code != 0 => format!("{output}\n[exit code {code}]"),
-                _ if failed && output.is_empty() => format!("command {status}"),
-                _ => output.to_owned(),
-            };
-            (
-                "shell".to_owned(),
-                json!({"command": item["command"], "cwd": item["cwd"]}),
-                result,
-            )
-        }
-        "mcpToolCall" => {
-            let text: Vec<&str> = item["result"]["content"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|part| part["text"].as_str())
-                .collect();
-            let result = match item["error"]["message"].as_str() {
-                Some(message) => format!("error: {message}"),
-                None => text.join("\n"),
-            };
-            (
-                format!(
-                    "mcp__{}__{}",
-                    item["server"].as_str().unwrap_or_default(),
-                    item["tool"].as_str().unwrap_or_default()
-                ),
-                item["arguments"].clone(),
-                result,
-            )
-        }
-        "fileChange" => {
-            let changes: Vec<Value> = item["changes"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|change| json!({"path": change["path"], "kind": change["kind"]["type"]}))
-                .collect();
-            (
-                "apply_patch".to_owned(),
-                json!({"changes": changes}),
-                status.to_owned(),
-            )
-        }
-        "webSearch" => (
-            "web_search".to_owned(),
-            json!({"query": item["query"]}),
-            String::new(),
-        ),
-        "dynamicToolCall" => (
-            item["tool"].as_str().unwrap_or("tool").to_owned(),
-            item["arguments"].clone(),
-            String::new(),
-        ),
-        _ => return None,
-    };
-    Some(ToolCall {
-        tool_call_id: id,
-        tool_name: name,
-        tool_args: if args.is_null() {
-            "{}".to_owned()
-        } else {
-            args.to_string()
-        },
-        result: completed.then_some(result),
-        tool_call_error: completed && failed,
-        parent_tool_call_id: None,
-    })
 }
