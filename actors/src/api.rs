@@ -57,6 +57,13 @@ pub struct ApprovalPolicy {
     pub max_usage_wait: std::time::Duration,
 }
 
+impl ApprovalPolicy {
+    /// The longest usage-limit wait, when usage limits are waited out.
+    pub fn usage_wait(&self) -> Option<std::time::Duration> {
+        self.wait_on_usage_limit.then_some(self.max_usage_wait)
+    }
+}
+
 impl Default for ApprovalPolicy {
     fn default() -> Self {
         ApprovalPolicy {

@@ -9,7 +9,6 @@
 //! that has ended when its last events are read hands those over too: a quick turn
 //! costs two syncs (accepted; everything else), not three.
 
-use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, mpsc};
@@ -17,10 +16,11 @@ use tokio_util::sync::CancellationToken;
 use turnstile_harness::{ErrorKind, Harness, HarnessError, HarnessEvent, TurnOutcome, TurnRequest};
 use turnstile_journal::limits::HARNESS_EVENTS_BUFFERED;
 use turnstile_journal::{
-    Event, EventIndex, Expected, Journal, ModelMetrics, Recorded, RunEvent, RunId, RunMetrics,
-    SessionId, SnapshotPoint, Warning,
+    Event, EventIndex, Expected, Journal, Recorded, RunEvent, RunId, SessionId, SnapshotPoint,
+    Warning,
 };
 
+mod answer;
 mod endings;
 mod retry;
 mod snapshot;
@@ -134,12 +134,8 @@ impl RunTask {
         let started = Instant::now();
         let mut records = Vec::new();
         let mut first_token: Option<f64> = None;
-        let mut max_attempts =
-            (self.policy.max_attempts() + self.unspent_attempts).max(self.request.attempt);
-        if let Some(until) = self.usage_wait_until_us.take()
-            && !self.sleep_until(until).await
-        {
-            let terminal = self.cancelled();
+        let first_attempt = self.request.attempt;
+        if let Some(terminal) = self.journaled_usage_wait().await {
             return self.finish(records, terminal);
         }
         if let Some(error) = self.staging_error.take() {
@@ -166,10 +162,7 @@ impl RunTask {
                     break self.failed(journal_error_type(&error), &error, false);
                 }
                 AttemptEnd::Harness(Ok(outcome)) if !outcome.paused.is_empty() => {
-                    // Calls wait for a person: the run pauses (no end), its slot freed.
-                    let index = self.take_index();
-                    let tools = outcome.paused;
-                    break vec![self.identity.emitted(index, RunEvent::Paused { tools })];
+                    break self.paused(outcome.paused);
                 }
                 AttemptEnd::Harness(Ok(outcome)) => {
                     break self.completed(outcome, started, first_token);
@@ -179,13 +172,8 @@ impl RunTask {
                     message,
                     resets_at_us,
                 })) => match self.usage_limit(&message, resets_at_us, &mut records).await {
-                    usage::UsageWait::Waited => {
-                        // Tried again, spending no attempt.
-                        max_attempts += 1;
-                        self.request.attempt += 1;
-                        continue;
-                    }
-                    usage::UsageWait::Ended(events) => break events,
+                    Some(events) => break events,
+                    None => continue,
                 },
                 AttemptEnd::Harness(Err(HarnessError::Failed {
                     kind: ErrorKind::SessionNotFound,
@@ -193,27 +181,15 @@ impl RunTask {
                 })) if self.request.harness_session_id.is_some()
                     && self.fallback_prompt.is_some() =>
                 {
-                    // The harness session is gone: start a fresh one seeded with the history.
-                    let warning = RunEvent::Warning {
-                        warning: Warning::SessionFallback { error: message },
-                    };
-                    let index = self.take_index();
-                    let event = self.identity.emitted(index, warning);
-                    if let Err(error) = self.append(vec![event], &mut records).await {
-                        break self.failed("journal_error", &error, false);
+                    match self.fall_back(message, &mut records).await {
+                        Some(events) => break events,
+                        None => continue,
                     }
-                    self.request.harness_session_id = None;
-                    self.request.transcript.clear();
-                    self.request.message = self
-                        .fallback_prompt
-                        .take()
-                        .map(|render| render())
-                        .unwrap_or_default();
-                    continue;
                 }
                 AttemptEnd::Harness(Err(HarnessError::Failed { kind, message })) => (kind, message),
             };
             let attempt = self.request.attempt;
+            let max_attempts = self.max_attempts(first_attempt);
             let retry = kind.is_retryable() && attempt < max_attempts;
             // A later attempt often fails because of what the first one did: the first
             // real cause leads the message a user sees.
@@ -371,88 +347,16 @@ impl RunTask {
         }
     }
 
-    /// Checks a structured answer against the run's schema: the parsed object and its
-    /// content type (the schema's title), or the failure naming the failing path.
-    fn structured(&self, content: &str) -> Result<Option<(serde_json::Value, String)>, String> {
-        let Some(schema) = &self.output_schema else {
-            return Ok(None);
-        };
-        let value: serde_json::Value = serde_json::from_str(content.trim()).map_err(|error| {
-            format!("The answer is not JSON, but the run asked for structured output: {error}")
-        })?;
-        let validator = jsonschema::validator_for(schema)
-            .map_err(|error| format!("The output schema is invalid: {error}"))?;
-        if let Err(error) = validator.validate(&value) {
-            let path = error.instance_path().to_string();
-            let path = if path.is_empty() {
-                "/".to_owned()
-            } else {
-                path
-            };
-            return Err(format!(
-                "The answer does not match the output schema at {path}: {error}"
-            ));
-        }
-        let title = schema["title"].as_str().unwrap_or("dict").to_owned();
-        Ok(Some((value, title)))
+    /// Attempts the run may make: the retry budget, plus the attempts that spent none of
+    /// it (paused, or a usage limit waited out), and at least those made.
+    fn max_attempts(&self, first_attempt: u32) -> u32 {
+        (self.policy.max_attempts() + self.unspent_attempts).max(first_attempt)
     }
 
-    fn completed(
-        &mut self,
-        outcome: TurnOutcome,
-        started: Instant,
-        first_token: Option<f64>,
-    ) -> Vec<Event> {
-        let (content, content_type) = match self.structured(&outcome.content) {
-            Err(message) => return self.failed("output_validation", &message, false),
-            Ok(Some((value, title))) => (value.to_string(), title),
-            Ok(None) => (outcome.content.clone(), "str".to_owned()),
-        };
-        let usage = &outcome.usage;
-        let models = if usage.models.is_empty() {
-            vec![ModelMetrics {
-                id: self.model.0.clone(),
-                provider: self.model.1.clone(),
-                input_tokens: usage.input_tokens,
-                output_tokens: usage.output_tokens,
-                cache_read_tokens: usage.cache_read_tokens,
-                cache_write_tokens: usage.cache_write_tokens,
-                cost_usd: usage.cost_usd,
-            }]
-        } else {
-            usage.models.clone()
-        };
-        let metrics = RunMetrics {
-            input_tokens: usage.input_tokens,
-            output_tokens: usage.output_tokens,
-            cache_read_tokens: usage.cache_read_tokens,
-            cache_write_tokens: usage.cache_write_tokens,
-            reasoning_tokens: usage.reasoning_tokens,
-            cost_usd: usage.cost_usd,
-            duration_s: started.elapsed().as_secs_f64(),
-            first_token_s: first_token,
-            models,
-            additional: if usage.additional.is_empty() {
-                String::new()
-            } else {
-                Value::Object(usage.additional.clone()).to_string()
-            },
-        };
+    /// Calls wait for a person: the run pauses (it does not end), its slot freed.
+    fn paused(&mut self, tools: Vec<turnstile_journal::ToolCall>) -> Vec<Event> {
         let index = self.take_index();
-        // The answer and metrics once, on the run event; `RunCompleted` ends the run.
-        vec![
-            self.identity.emitted(
-                index,
-                RunEvent::Completed {
-                    content,
-                    content_type,
-                    metrics,
-                },
-            ),
-            Event::RunCompleted {
-                run_id: self.identity.run_id.clone(),
-            },
-        ]
+        vec![self.identity.emitted(index, RunEvent::Paused { tools })]
     }
 
     fn cancelled(&mut self) -> Vec<Event> {

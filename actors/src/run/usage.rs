@@ -12,15 +12,6 @@ use turnstile_journal::{Event, Recorded, RunEvent, Warning};
 
 use super::RunTask;
 
-/// How a usage limit ends for the run.
-pub(super) enum UsageWait {
-    /// Waited out: the next attempt may start.
-    Waited,
-    /// The run ends with these events (waits are off, the reset is too far, a cancel, or
-    /// the journal failed).
-    Ended(Vec<Event>),
-}
-
 /// Now, in microseconds since the epoch.
 fn now_us() -> i64 {
     std::time::SystemTime::now()
@@ -29,13 +20,15 @@ fn now_us() -> i64 {
 }
 
 impl RunTask {
-    /// The attempt hit the usage limit until `resets_at_us`.
+    /// The attempt hit the usage limit until `resets_at_us`: `None` once it is waited out
+    /// (the next attempt, spending none, is set up), else the events that end the run
+    /// (waits are off, the reset is too far, a cancel, or the journal failed).
     pub(super) async fn usage_limit(
         &mut self,
         message: &str,
         resets_at_us: i64,
         records: &mut Vec<Arc<Recorded>>,
-    ) -> UsageWait {
+    ) -> Option<Vec<Event>> {
         let attempt = self.request.attempt;
         let wait_us = resets_at_us.saturating_sub(now_us()).max(0);
         let within = self
@@ -50,7 +43,7 @@ impl RunTask {
                     max.as_secs()
                 ),
             };
-            return UsageWait::Ended(self.failed("usage_limit", &why, false));
+            return Some(self.failed("usage_limit", &why, false));
         }
         let index = self.take_index();
         let events = vec![
@@ -73,12 +66,25 @@ impl RunTask {
             ),
         ];
         if let Err(error) = self.append(events, records).await {
-            return UsageWait::Ended(self.failed("journal_error", &error, false));
+            return Some(self.failed("journal_error", &error, false));
         }
-        if self.sleep_until(resets_at_us).await {
-            UsageWait::Waited
+        if !self.sleep_until(resets_at_us).await {
+            return Some(self.cancelled());
+        }
+        // Tried again, spending no attempt.
+        self.unspent_attempts += 1;
+        self.request.attempt += 1;
+        None
+    }
+
+    /// A run resumed during a journaled wait waits out what is left of it first: the
+    /// events that end it if it is cancelled meanwhile.
+    pub(super) async fn journaled_usage_wait(&mut self) -> Option<Vec<Event>> {
+        let until = self.usage_wait_until_us.take()?;
+        if self.sleep_until(until).await {
+            None
         } else {
-            UsageWait::Ended(self.cancelled())
+            Some(self.cancelled())
         }
     }
 

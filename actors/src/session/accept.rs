@@ -281,7 +281,7 @@ impl Handler<CancelRunMsg> for SessionActor {
         if self.ending.contains(&run_id) {
             return Ok(true);
         }
-        if self.deciding.as_ref() == Some(&run_id) {
+        if self.deciding.as_ref() == Some(&run_id) || self.pause_unfolded(&run_id) {
             // Its decision is on its way to the journal: cancelled once it is queued.
             ctx.notify_later(CancelRunMsg(run_id), std::time::Duration::from_millis(2));
             return Ok(true);

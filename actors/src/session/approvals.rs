@@ -29,6 +29,25 @@ impl SessionActor {
             .find(|run| run.status == RunStatus::Paused)
     }
 
+    /// The run paused in this session: the state's, or one this actor paused whose pause
+    /// the state has not folded yet.
+    pub(super) fn held_paused(&self) -> Option<RunId> {
+        if let Some(run) = self.paused_run() {
+            return Some(run.run_id.clone());
+        }
+        let (run_id, index) = self.holding.as_ref()?;
+        let folded = self
+            .state
+            .run(run_id)
+            .is_none_or(|run| run.event_count > index.0);
+        (!folded).then(|| run_id.clone())
+    }
+
+    /// A run paused here whose pause the state has not folded yet.
+    pub(super) fn pause_unfolded(&self, run_id: &RunId) -> bool {
+        self.paused_run().is_none() && self.held_paused().as_ref() == Some(run_id)
+    }
+
     /// Arms the timeout of the session's paused run, if it has one and its agent
     /// bounds the wait.
     pub(super) fn arm_approval_timeout(&mut self, ctx: &mut Context<Self>) {
@@ -232,6 +251,16 @@ impl Handler<DecideMsg> for SessionActor {
 
     fn handle(&mut self, DecideMsg(command): DecideMsg, ctx: &mut Self::Context) -> Self::Result {
         self.last_active = Instant::now();
+        if self.pause_unfolded(&command.run_id) {
+            // Its pause is durable (a client may have seen it) but not folded here yet.
+            return Box::pin(
+                async { tokio::time::sleep(std::time::Duration::from_millis(2)).await }
+                    .into_actor(self)
+                    .then(move |(), actor, ctx| {
+                        <Self as Handler<DecideMsg>>::handle(actor, DecideMsg(command), ctx)
+                    }),
+            );
+        }
         let admitted = match self.admit_decision(command, ctx) {
             Ok(Ok(admitted)) => admitted,
             Ok(Err(refused)) => return Box::pin(fut::ready(Ok(Err(refused)))),

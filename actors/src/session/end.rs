@@ -61,7 +61,11 @@ impl SessionActor {
                     match result {
                         Ok(Ok(records)) => {
                             actor.apply(&records);
-                            // A pause ends no run: the run waits for its decision.
+                            // A pause ends no run: the run waits for its decision, holding
+                            // the session even before the state has folded the pause.
+                            if let Some(index) = pause_index(&records) {
+                                actor.holding = Some((run_id.clone(), index));
+                            }
                             actor.arm_approval_timeout(ctx);
                             if let Some(tracker) = actor.workspace.as_mut() {
                                 tracker.store(&actor.shared.journal, actor.state.next_seq);
@@ -147,6 +151,18 @@ pub(super) fn fallback_ending(
         false,
     ));
     kept
+}
+
+/// The event index of a pause among `records`, if they pause their run.
+fn pause_index(records: &[std::sync::Arc<turnstile_journal::Recorded>]) -> Option<EventIndex> {
+    records.iter().find_map(|record| match &record.event {
+        Event::RunEventEmitted {
+            event_index,
+            event: turnstile_journal::RunEvent::Paused { .. },
+            ..
+        } => Some(*event_index),
+        _ => None,
+    })
 }
 
 impl Handler<RunFinishedMsg> for SessionActor {

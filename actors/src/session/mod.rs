@@ -129,6 +129,10 @@ pub(crate) struct SessionActor {
     workspace: Option<crate::workspace::Tracker>,
     /// A paused run whose decision is being appended: no second decision meanwhile.
     deciding: Option<RunId>,
+    /// A run this actor paused, with its pause's event index: until the state has
+    /// folded the pause (a record before it may still be on its way here), the run
+    /// still holds the session.
+    holding: Option<(RunId, turnstile_journal::EventIndex)>,
 }
 
 /// A run accepted.
@@ -194,6 +198,7 @@ impl SessionActor {
             ending: HashSet::new(),
             workspace: None,
             deciding: None,
+            holding: None,
         }
     }
 }
@@ -263,7 +268,7 @@ impl Actor for SessionActor {
                 // A paused run's actor keeps its session (and, on a shared journal, its
                 // lease) and the timer of its approval timeout; an actor that only
                 // answers for another replica's session does not.
-                && (actor.paused_run().is_none() || actor.remote.is_some())
+                && (actor.held_paused().is_none() || actor.remote.is_some())
                 && actor.deciding.is_none()
                 // A deletion in flight is answered by this actor: stopping now would
                 // drop the answer (the caller asks again and hears "no such session")

@@ -38,15 +38,24 @@ impl SessionActor {
             .as_ref()
             .map(|f| &f.run_id)
             .or_else(|| self.queue.front().map(|q| &q.run_id))
-            .or_else(|| self.paused_run().map(|run| &run.run_id))
+            .or_else(|| self.paused_here())
     }
 
     /// The paused run, unless its end is being journaled (a cancel): a paused run
     /// holds its session until it is continued and ends.
     fn paused_for_a_new_turn(&self) -> Option<&RunId> {
-        self.paused_run()
-            .map(|run| &run.run_id)
+        self.paused_here()
             .filter(|run_id| !self.ending.contains(*run_id))
+    }
+
+    /// The session's paused run (see [`SessionActor::held_paused`]), borrowed.
+    fn paused_here(&self) -> Option<&RunId> {
+        self.paused_run().map(|run| &run.run_id).or_else(|| {
+            self.holding
+                .as_ref()
+                .map(|(run_id, _)| run_id)
+                .filter(|_| self.held_paused().is_some())
+        })
     }
 
     /// Elects the head of the queue when the session is free, then waits for a slot.
@@ -67,7 +76,7 @@ impl SessionActor {
         if !self.queue.front().is_some_and(|head| head.durable) {
             return;
         }
-        if self.paused_run().is_some() {
+        if self.held_paused().is_some() {
             // The paused run holds the session: the turns behind it wait for its end.
             return;
         }
@@ -110,6 +119,14 @@ impl SessionActor {
             self.pump(ctx);
             return None;
         };
+        if run.status == turnstile_projections::RunStatus::Paused {
+            // A continued run whose decision is durable but not folded yet: it keeps its
+            // place and is elected again soon (started now, it would not carry it out).
+            self.queue.push_front(head);
+            self.shared.queued.fetch_add(1, Ordering::SeqCst);
+            ctx.run_later(RETRY_ELECTION, |actor, ctx| actor.pump(ctx));
+            return None;
+        }
         Some((head, run))
     }
 
@@ -162,10 +179,7 @@ impl SessionActor {
                 decisions: decisions_of(&run),
             },
             unspent_attempts: run.unspent_attempts,
-            usage_wait: agent
-                .approval
-                .wait_on_usage_limit
-                .then_some(agent.approval.max_usage_wait),
+            usage_wait: agent.approval.usage_wait(),
             usage_wait_until_us: run.usage_wait_until_us,
             policy: agent.retry,
             cancel,

@@ -261,30 +261,14 @@ impl<D: Dialect> CliHarness<D> {
                 }
                 TurnEnd::Paused(calls) => {
                     // Kept waiting for the decision, mid-turn: the continuation answers it.
-                    self.pool.put(Warm {
-                        session_id: request.session_id.clone(),
-                        harness_session_id: cli.harness_session_id.clone(),
-                        journaled_lines: request.transcript.len() + state.mirrored.len(),
-                        schema,
-                        process: cli,
-                        last_used: Instant::now(),
-                        paused: true,
-                    });
+                    self.keep_warm(cli, &request, &state, schema, true);
                     return Ok(TurnOutcome::paused(calls));
                 }
                 TurnEnd::End(end) => {
                     let outcome = self.dialect.outcome(&end, &turn, &cli.stderr_tail());
                     cli.turns += 1;
                     if outcome.is_ok() {
-                        self.pool.put(Warm {
-                            session_id: request.session_id.clone(),
-                            harness_session_id: cli.harness_session_id.clone(),
-                            journaled_lines: request.transcript.len() + state.mirrored.len(),
-                            schema,
-                            process: cli,
-                            last_used: Instant::now(),
-                            paused: false,
-                        });
+                        self.keep_warm(cli, &request, &state, schema, false);
                     } else {
                         cli.kill();
                     }
@@ -292,6 +276,26 @@ impl<D: Dialect> CliHarness<D> {
                 }
             }
         }
+    }
+
+    /// Puts the process back in the pool after a turn that ended well, or paused.
+    fn keep_warm(
+        &self,
+        cli: CliProcess,
+        request: &TurnRequest,
+        state: &TurnState,
+        schema: Option<String>,
+        paused: bool,
+    ) {
+        self.pool.put(Warm {
+            session_id: request.session_id.clone(),
+            harness_session_id: cli.harness_session_id.clone(),
+            journaled_lines: request.transcript.len() + state.mirrored.len(),
+            schema,
+            process: cli,
+            last_used: Instant::now(),
+            paused,
+        });
     }
 
     /// Writes the turn's input and follows the CLI's output until the turn ends, the

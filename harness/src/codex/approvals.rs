@@ -5,7 +5,8 @@
 //! (kept warm), and the continuation answers it (`accept`, or `decline` with the note
 //! steered into the turn, `turn/steer`, so the model reads why). When the process is
 //! gone (a restart), the resumed thread is told the decision, and a confirmed call the
-//! model asks for again is accepted without a second pause.
+//! model asks for again is accepted without a second pause. And when a used-up
+//! rate-limit window resets, for a usage limit waited out (`wait_on_usage_limit`).
 
 use serde_json::{Value, json};
 
@@ -158,4 +159,20 @@ pub(crate) fn remember_confirmed(approvals: &mut Approvals, decisions: &[Decisio
             (decision.tool.tool_name.clone(), args["command"].clone())
         })
         .collect();
+}
+
+/// When an exhausted rate-limit window resets (Unix seconds), from
+/// `account/rateLimits/updated`: the latest reset of a window used to 100 %.
+pub(crate) fn usage_reset(params: &Value) -> Option<i64> {
+    let limits = &params["rateLimits"];
+    ["primary", "secondary"]
+        .iter()
+        .map(|window| &limits[*window])
+        .filter(|window| {
+            window["usedPercent"]
+                .as_f64()
+                .is_some_and(|used| used >= 100.0)
+        })
+        .filter_map(|window| window["resetsAt"].as_i64())
+        .max()
 }

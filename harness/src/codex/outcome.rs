@@ -223,19 +223,3 @@ mod tests {
         );
     }
 }
-
-/// When an exhausted rate-limit window resets (Unix seconds), from
-/// `account/rateLimits/updated`: the latest reset of a window used to 100 %.
-pub(crate) fn usage_reset(params: &Value) -> Option<i64> {
-    let limits = &params["rateLimits"];
-    ["primary", "secondary"]
-        .iter()
-        .map(|window| &limits[*window])
-        .filter(|window| {
-            window["usedPercent"]
-                .as_f64()
-                .is_some_and(|used| used >= 100.0)
-        })
-        .filter_map(|window| window["resetsAt"].as_i64())
-        .max()
-}

@@ -412,7 +412,7 @@ fn notification(
             Vec::new()
         }
         "account/rateLimits/updated" => {
-            if let Some(reset) = super::outcome::usage_reset(params) {
+            if let Some(reset) = super::approvals::usage_reset(params) {
                 turn.usage_reset = Some(reset);
             }
             Vec::new()

@@ -199,13 +199,6 @@ async fn play(
             file,
         } => {
             counts.asked += 1;
-            let waiting = continuation
-                .waiting
-                .as_ref()
-                .filter(|_| counts.asked == continuation.asked);
-            if before_pause && waiting.is_none() {
-                return Ok(None);
-            }
             let call = ScriptedCall {
                 number: counts.asked,
                 name,
@@ -215,27 +208,7 @@ async fn play(
                 result_bytes: *result_bytes,
                 file: file.as_ref(),
             };
-            let decided = match waiting {
-                Some(waiting) => match decision_on(request, waiting) {
-                    Some(decision) => Some(decision),
-                    // Asked before, still undecided: it waits again.
-                    None => return Ok(Some(waiting.clone())),
-                },
-                None if request.approvals.matches(call.tool().0) => {
-                    return ask(request, events, &call).await.map(Some);
-                }
-                None => None,
-            };
-            call_tool(request, events, call, decided).await?;
-            counts.completed_here += 1;
-            // The runtime records the workspace after the call before the next one runs.
-            if let Some(settled) = &request.settled {
-                tokio::select! {
-                    () = settled.wait(counts.completed_here) => {}
-                    _ = cancel.cancelled() => return Err(HarnessError::Cancelled),
-                }
-            }
-            Ok(None)
+            play_tool(call, request, events, cancel, counts, continuation).await
         }
         _ if before_pause => Ok(None),
         Step::Sleep(duration) => {
@@ -269,6 +242,46 @@ async fn play(
             message: format!("scripted permanent failure: {}", kind.slug()),
         }),
     }
+}
+
+/// Plays a tool call: skipped when it ran before the turn's pause; the call the turn
+/// paused on carries out its decision; a call that must wait pauses the turn.
+async fn play_tool(
+    call: ScriptedCall<'_>,
+    request: &TurnRequest,
+    events: &EventSink,
+    cancel: &CancellationToken,
+    counts: &mut Counts,
+    continuation: &pause::Continuation,
+) -> Result<Option<ToolCall>, HarnessError> {
+    let waiting = continuation
+        .waiting
+        .as_ref()
+        .filter(|_| counts.asked == continuation.asked);
+    if counts.asked <= continuation.asked && waiting.is_none() {
+        return Ok(None);
+    }
+    let decided = match waiting {
+        Some(waiting) => match decision_on(request, waiting) {
+            Some(decision) => Some(decision),
+            // Asked before, still undecided: it waits again.
+            None => return Ok(Some(waiting.clone())),
+        },
+        None if request.approvals.matches(call.tool().0) => {
+            return ask(request, events, &call).await.map(Some);
+        }
+        None => None,
+    };
+    call_tool(request, events, call, decided).await?;
+    counts.completed_here += 1;
+    // The runtime records the workspace after the call before the next one runs.
+    if let Some(settled) = &request.settled {
+        tokio::select! {
+            () = settled.wait(counts.completed_here) => {}
+            _ = cancel.cancelled() => return Err(HarnessError::Cancelled),
+        }
+    }
+    Ok(None)
 }
 
 /// One tool call of a script.
