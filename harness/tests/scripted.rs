@@ -194,3 +194,27 @@ async fn history_lists_the_transcript_it_was_handed() {
     .await;
     assert_eq!(outcome.unwrap().content, "the first question\nsecond");
 }
+
+/// Approvals' tool-name patterns: `*` matches any run of characters, nothing else is
+/// special, and a name matches only whole.
+#[test]
+fn approval_patterns_match_whole_tool_names() {
+    let approvals = turnstile_harness::Approvals::new(vec![
+        "Bash".into(),
+        "mcp__github__*".into(),
+        "*Edit".into(),
+    ]);
+    for name in [
+        "Bash",
+        "mcp__github__create_pr",
+        "mcp__github__",
+        "Edit",
+        "MultiEdit",
+    ] {
+        assert!(approvals.matches(name), "{name}");
+    }
+    for name in ["bash", "Bash2", "Read", "mcp__gitlab__x", "EditX", ""] {
+        assert!(!approvals.matches(name), "{name}");
+    }
+    assert!(!turnstile_harness::Approvals::default().matches("Bash"));
+}

@@ -741,6 +741,46 @@ async fn a_usage_limit_is_waited_out_across_a_restart_spending_no_attempt_30() {
     assert_eq!(done["status"], "COMPLETED", "{done}");
     assert_eq!(done["content"], "echo: later");
 
+    // A cancel ends a wait at once.
+    let (status, accepted) = post(
+        &server,
+        "/agents/coder/runs",
+        &[
+            ("message", "/fail usage_limit 30\nnever"),
+            ("session_id", "s4"),
+            ("stream", "false"),
+            ("background", "true"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 202, "{accepted}");
+    let run_id = accepted["run_id"].as_str().unwrap();
+    let path = format!("/agents/coder/runs/{run_id}");
+    let mut waiting = get(&server, &path).await;
+    for _ in 0..200 {
+        if waiting["metadata"]["warnings"]
+            .as_array()
+            .is_some_and(|w| !w.is_empty())
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        waiting = get(&server, &path).await;
+    }
+    let cancelled_at = std::time::Instant::now();
+    let (status, _) = post(&server, &format!("{path}/cancel"), &[]).await;
+    assert_eq!(status, 200);
+    let mut ended = get(&server, &path).await;
+    for _ in 0..200 {
+        if ended["status"] == "CANCELLED" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        ended = get(&server, &path).await;
+    }
+    assert_eq!(ended["status"], "CANCELLED", "{ended}");
+    assert!(cancelled_at.elapsed() < Duration::from_secs(5));
+
     // Without wait_on_usage_limit the limit is a permanent error.
     server.terminate();
     std::fs::remove_file(dir.path().join("turnstile.toml")).unwrap();
