@@ -54,19 +54,30 @@ impl SessionActor {
         let Some(run) = self.paused_run() else {
             return;
         };
+        let paused_at_us = run.paused_at_us.unwrap_or(run.updated_at_us);
+        let run_id = run.run_id.clone();
+        self.arm_timeout_of(run_id, paused_at_us, ctx);
+    }
+
+    /// Arms the timeout of `run_id`, paused at `paused_at_us` (its pause's record time),
+    /// when the session's agent bounds the wait; it fires only if the run is still
+    /// paused since then.
+    pub(super) fn arm_timeout_of(
+        &mut self,
+        run_id: RunId,
+        paused_at_us: i64,
+        ctx: &mut Context<Self>,
+    ) {
         let Some(timeout) = self
             .shared
             .agents
-            .get(&run.agent_id)
+            .get(&self.state.session.agent_id)
             .and_then(|agent| agent.approval.timeout)
         else {
             return;
         };
-        let paused_at_us = run.paused_at_us.unwrap_or(run.updated_at_us);
-        let now_us = now_us();
         let deadline_us = paused_at_us.saturating_add(timeout.as_micros() as i64);
-        let wait = Duration::from_micros(deadline_us.saturating_sub(now_us).max(0) as u64);
-        let run_id = run.run_id.clone();
+        let wait = Duration::from_micros(deadline_us.saturating_sub(now_us()).max(0) as u64);
         ctx.run_later(wait, move |actor, ctx| {
             actor.time_out(&run_id, paused_at_us, ctx);
         });

@@ -63,10 +63,10 @@ impl SessionActor {
                             actor.apply(&records);
                             // A pause ends no run: the run waits for its decision, holding
                             // the session even before the state has folded the pause.
-                            if let Some(index) = pause_index(&records) {
+                            if let Some((index, paused_at_us)) = pause_of(&records) {
                                 actor.holding = Some((run_id.clone(), index));
+                                actor.arm_timeout_of(run_id.clone(), paused_at_us, ctx);
                             }
-                            actor.arm_approval_timeout(ctx);
                             if let Some(tracker) = actor.workspace.as_mut() {
                                 tracker.store(&actor.shared.journal, actor.state.next_seq);
                             }
@@ -153,14 +153,14 @@ pub(super) fn fallback_ending(
     kept
 }
 
-/// The event index of a pause among `records`, if they pause their run.
-fn pause_index(records: &[std::sync::Arc<turnstile_journal::Recorded>]) -> Option<EventIndex> {
+/// The event index and time of a pause among `records`, if they pause their run.
+fn pause_of(records: &[std::sync::Arc<turnstile_journal::Recorded>]) -> Option<(EventIndex, i64)> {
     records.iter().find_map(|record| match &record.event {
         Event::RunEventEmitted {
             event_index,
             event: turnstile_journal::RunEvent::Paused { .. },
             ..
-        } => Some(*event_index),
+        } => Some((*event_index, record.ts_us)),
         _ => None,
     })
 }
