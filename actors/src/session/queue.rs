@@ -76,8 +76,11 @@ impl SessionActor {
         if !self.queue.front().is_some_and(|head| head.durable) {
             return;
         }
-        if self.held_paused().is_some() {
-            // The paused run holds the session: the turns behind it wait for its end.
+        if let Some(held) = self.held_paused()
+            && self.queue.front().is_none_or(|head| head.run_id != held)
+        {
+            // The paused run holds the session: the turns behind it wait for its end (its
+            // own continuation, decided, goes first; see `take_head`).
             return;
         }
         self.electing = true;
