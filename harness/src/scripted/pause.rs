@@ -42,14 +42,13 @@ pub(super) fn continuation(request: &TurnRequest) -> Result<Continuation, Harnes
                     ..ToolCall::default()
                 });
             }
-            Some("tool_result") => {
+            Some("tool_result")
                 if continuation
                     .waiting
                     .as_ref()
-                    .is_some_and(|call| entry["tool_use_id"] == call.tool_call_id.as_str())
-                {
-                    continuation.waiting = None;
-                }
+                    .is_some_and(|call| entry["tool_use_id"] == call.tool_call_id.as_str()) =>
+            {
+                continuation.waiting = None;
             }
             _ => {}
         }
