@@ -115,6 +115,8 @@ impl SessionActor {
     /// other command is handled.
     /// Returns whether endings are being journaled (the actor pumps once they are).
     pub(super) fn resolve_open_runs(&mut self, ctx: &mut Context<Self>) -> bool {
+        // A paused run stays paused; its timeout counts from its pause's record.
+        self.arm_approval_timeout(ctx);
         let endings = self.recover();
         if endings.is_empty() {
             return false;

@@ -284,7 +284,6 @@ impl Actor for SessionActor {
         if !self.resolve_open_runs(ctx) {
             self.pump(ctx);
         }
-        self.arm_approval_timeout(ctx);
     }
 
     fn stopped(&mut self, ctx: &mut Self::Context) {
