@@ -279,7 +279,8 @@ impl Handler<CancelRunMsg> for SessionActor {
             return Ok(true);
         }
         if self.ending.contains(&run_id) {
-            return Ok(true);
+            // Its end is on its way to the journal: a second cancel does nothing.
+            return Ok(false);
         }
         if self.deciding.as_ref() == Some(&run_id) || self.pause_unfolded(&run_id) {
             // Its decision is on its way to the journal: cancelled once it is queued.
