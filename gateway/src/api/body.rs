@@ -96,7 +96,7 @@ pub enum MultitaskStrategy {
 }
 
 /// `POST /agents/{agent_id}/runs/{run_id}/continue`: continue a finished run from a
-/// checkpoint as a new run.
+/// checkpoint as a new run, or decide a paused run's calls.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ContinueRequest {
@@ -118,8 +118,8 @@ pub struct ContinueRequest {
     pub background: Option<bool>,
     /// The user the continuation is for (at most 1 KiB).
     pub user_id: Option<String>,
-    /// agno: results of paused tools (JSON). Accepted and not used: CLI harnesses run
-    /// their own tools.
+    /// A paused run's decisions: agno's `ToolExecution`s as JSON, each pending call with
+    /// `confirmed` true or false and an optional `confirmation_note` (`[]`: none).
     pub tools: Option<String>,
     /// agno: regenerate the last answer. Accepted and not used.
     pub regenerate: Option<bool>,

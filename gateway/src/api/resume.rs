@@ -84,9 +84,10 @@ pub(super) async fn get_checkpoints(
     Ok(Json(dto::checkpoints(&view)))
 }
 
-/// Continues a finished run as a new sibling run; answers like `POST /runs`.
+/// Continues a finished run as a new sibling run, or, with `tools`, a paused run with
+/// its decisions (the same run); answers like `POST /runs`.
 #[utoipa::path(
-    post, path = "/agents/{agent_id}/runs/{run_id}/continue", tag = "runs", summary = "Continue a finished run from a checkpoint as a new run",
+    post, path = "/agents/{agent_id}/runs/{run_id}/continue", tag = "runs", summary = "Continue a finished run from a checkpoint as a new run, or decide a paused run's calls (tools) and go on with it",
     params(("agent_id" = String, Path, description = "An agent's id (GET /agents lists them)"), ("run_id" = String, Path, description = "A run's id")),
     request_body(description = "Where to continue from and what to send", content(
         (ContinueRequest = "application/x-www-form-urlencoded"),
@@ -100,7 +101,7 @@ pub(super) async fn get_checkpoints(
         )),
         (status = 202, description = "background=true, stream=false: the run is in the durable queue", body = Accepted),
         (status = 401, description = "Missing or invalid API key (when one is configured)", body = ErrorBody), (status = 404, description = "No such agent or run, or the run is of another agent or session", body = ErrorBody),
-        (status = 409, description = "The run is cancelled or not finished (run_not_continuable), or its session is busy", body = ErrorBody),
+        (status = 409, description = "The run is cancelled or not finished (run_not_continuable), tools for a run that is not paused (run_not_paused), or its session is busy", body = ErrorBody),
         (status = 422, description = "A field or parameter that does not parse, is over its bound, or is unknown", body = ErrorBody),
         (status = 429, description = "The durable queue is full", body = ErrorBody),
     )

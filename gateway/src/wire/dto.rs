@@ -231,7 +231,7 @@ pub struct RunOutput {
     pub session_id: String,
     /// Its user.
     pub user_id: Option<String>,
-    /// `PENDING`, `RUNNING`, `COMPLETED`, `ERROR` or `CANCELLED`.
+    /// `PENDING`, `RUNNING`, `PAUSED`, `COMPLETED`, `ERROR` or `CANCELLED`.
     pub status: Cow<'static, str>,
     /// The answer: text, or the parsed object when the run had an `output_schema`.
     pub content: Value,
