@@ -792,3 +792,24 @@ async fn a_usage_limit_is_waited_out_across_a_restart_spending_no_attempt_30() {
     server.terminate();
     verify(dir.path());
 }
+
+#[tokio::test]
+async fn a_paused_run_holds_no_worker_slot_30() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("turnstile.toml"),
+        "[server]\ndata_dir = \"./data\"\nmax_concurrent_runs = 1\n\n[[agents]]\nid = \"coder\"\nharness = \"scripted\"\ncwd = \"./work\"\napprovals = [\"Bash\"]\n",
+    )
+    .unwrap();
+    let server = start(dir.path());
+    // Two runs paused on the only slot's worth of capacity, then other sessions' turns run.
+    for session in ["p1", "p2"] {
+        let paused = turn(&server, session, "/ls\nlisted").await;
+        assert_eq!(paused["status"], "PAUSED", "{paused}");
+    }
+    for session in ["free1", "free2"] {
+        let free = turn(&server, session, "/tool Read {}\nread").await;
+        assert_eq!(free["status"], "COMPLETED", "{free}");
+    }
+    server.terminate();
+}
