@@ -282,7 +282,10 @@ impl Handler<CancelRunMsg> for SessionActor {
             // Its end is on its way to the journal: a second cancel does nothing.
             return Ok(false);
         }
-        if self.deciding.as_ref() == Some(&run_id) || self.pause_unfolded(&run_id) {
+        let unsure = self.pause_unfolded(&run_id)
+            || (!self.unfolded.is_empty()
+                && self.paused_run().is_some_and(|run| run.run_id == run_id));
+        if self.deciding.as_ref() == Some(&run_id) || unsure {
             // Its decision is on its way to the journal: cancelled once it is queued.
             ctx.notify_later(CancelRunMsg(run_id), std::time::Duration::from_millis(2));
             return Ok(true);

@@ -262,8 +262,11 @@ impl Handler<DecideMsg> for SessionActor {
 
     fn handle(&mut self, DecideMsg(command): DecideMsg, ctx: &mut Self::Context) -> Self::Result {
         self.last_active = Instant::now();
-        if self.pause_unfolded(&command.run_id) {
-            // Its pause is durable (a client may have seen it) but not folded here yet.
+        if self.pause_unfolded(&command.run_id) || !self.unfolded.is_empty() {
+            // Decided only against the whole fold of what is durable: its pause may not be
+            // folded yet (a client may have seen it), or its end (a cancel) may be durable
+            // behind a record still on its way here (the fault search found a decision
+            // journaled after the run's end).
             return Box::pin(
                 async { tokio::time::sleep(std::time::Duration::from_millis(2)).await }
                     .into_actor(self)
