@@ -474,7 +474,7 @@ async fn messages_say_what_to_do_17() {
         body["detail"]
             .as_str()
             .unwrap()
-            .contains("pending, running, completed, error, cancelled"),
+            .contains("pending, running, paused, completed, error, cancelled"),
         "{body}"
     );
 
