@@ -45,7 +45,7 @@ pub use subscription::Subscription;
 pub use types::{
     AgentRun, AppendQueueFull, AppendResult, Command, Conflict, Expected, IndexedStatus,
     JournalOptions, Lease, QueuedAppend, Recorded, Records, SYNC_BUCKETS_US, SessionEntry,
-    SessionEvent, SessionEvents, StatsSnapshot,
+    SessionEvent, SessionEvents, StatsSnapshot, now_us,
 };
 pub use verify::{Corruption, VerifyReport};
 

@@ -10,6 +10,14 @@ use crate::ids::{JournalPos, RunId, Seq, SessionId};
 use crate::limits;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Now, in microseconds since the epoch: how a record tells its time (`ts_us`), and
+/// what times compared with it are taken with.
+pub fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros() as i64)
+}
+
 /// An event as committed: where it is and what it links to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Recorded {

@@ -316,6 +316,18 @@ pub fn turnstile_in(cwd: &Path, args: &[&str]) -> Output {
         .expect("run turnstile")
 }
 
+/// `turnstile journal verify --config turnstile.toml` in `dir` (a stopped server's
+/// configuration, relative paths from there) passes.
+pub fn verify_journal(dir: &Path) {
+    let out = turnstile_in(dir, &["journal", "verify", "--config", "turnstile.toml"]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Runs `turnstile ARGS` with `env` and without the test runner's `TURNSTILE_API_KEY`
 /// (a client of a server: the key is what `env` says).
 pub fn turnstile_env(args: &[&str], env: &[(&str, &str)]) -> Output {

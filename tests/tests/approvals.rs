@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use turnstile_tests::{Server, event_types, http_client, parse_sse, turnstile_in};
+use turnstile_tests::{Server, event_types, http_client, parse_sse, turnstile_in, verify_journal};
 
 fn config(dir: &Path, extra: &str) {
     std::fs::write(
@@ -61,6 +61,36 @@ async fn get(server: &Server, path: &str) -> Value {
     response.json().await.unwrap()
 }
 
+/// The run at `path` once `done` holds of it (asked again for up to 5 s), or as it is
+/// then.
+async fn until(server: &Server, path: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let run = get(server, path).await;
+        if done(&run) || std::time::Instant::now() >= deadline {
+            return run;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Starts a background run (`202`): its run id and session.
+async fn background(server: &Server, session: &str, message: &str) -> Value {
+    let (status, accepted) = post(
+        server,
+        "/agents/coder/runs",
+        &[
+            ("message", message),
+            ("session_id", session),
+            ("stream", "false"),
+            ("background", "true"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 202, "{accepted}");
+    accepted
+}
+
 /// The run's tools sent back with each pending call decided (`confirmed`, `note`).
 fn decided(run: &Value, decide: &[(bool, Option<&str>)]) -> String {
     let mut tools = run["tools"].as_array().unwrap().clone();
@@ -93,16 +123,6 @@ async fn decide(server: &Server, run: &Value, tools: &str, stream: bool) -> (u16
         ],
     )
     .await
-}
-
-fn verify(dir: &Path) {
-    let out = turnstile_in(dir, &["journal", "verify", "--config", "turnstile.toml"]);
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[tokio::test]
@@ -194,7 +214,7 @@ async fn a_confirmed_call_runs_once_and_a_denied_one_never_30() {
     let runs = get(&server, "/sessions/s1/runs").await;
     assert_eq!(runs.as_array().map(Vec::len), Some(1), "{runs}");
     server.terminate();
-    verify(dir.path());
+    verify_journal(dir.path());
 }
 
 /// The number of client-visible events the run has journaled (`/resume`'s replay).
@@ -320,7 +340,7 @@ async fn refused_decisions_record_nothing_and_the_session_stays_busy_30() {
     let next = turn(&server, "s1", "hello").await;
     assert_eq!(next["status"], "COMPLETED", "{next}");
     server.terminate();
-    verify(dir.path());
+    verify_journal(dir.path());
 }
 
 #[tokio::test]
@@ -402,7 +422,7 @@ async fn streams_stop_at_the_pause_and_go_on_from_the_decision_30() {
     let approvals = get(&server, "/approvals").await;
     assert_eq!(approvals["meta"]["total_count"], 0, "{approvals}");
     server.terminate();
-    verify(dir.path());
+    verify_journal(dir.path());
 }
 
 /// The events of an inline stream (no ids): the next index is their count.
@@ -415,30 +435,12 @@ async fn a_decision_after_a_sigkill_goes_on_and_nothing_before_the_pause_runs_ag
     let dir = tempfile::tempdir().unwrap();
     config(dir.path(), "");
     let server = start(dir.path());
-    let (status, accepted) = post(
-        &server,
-        "/agents/coder/runs",
-        &[
-            ("message", "/tool Read {}\n/ls\n/tool Grep {}\nlisted"),
-            ("session_id", "s1"),
-            ("stream", "false"),
-            ("background", "true"),
-        ],
-    )
-    .await;
-    assert_eq!(status, 202, "{accepted}");
+    let accepted = background(&server, "s1", "/tool Read {}\n/ls\n/tool Grep {}\nlisted").await;
     let path = format!(
         "/agents/coder/runs/{}",
         accepted["run_id"].as_str().unwrap()
     );
-    let mut run = get(&server, &path).await;
-    for _ in 0..200 {
-        if run["status"] == "PAUSED" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        run = get(&server, &path).await;
-    }
+    let run = until(&server, &path, |run| run["status"] == "PAUSED").await;
     assert_eq!(run["status"], "PAUSED", "{run}");
     server.kill();
 
@@ -470,7 +472,7 @@ async fn a_decision_after_a_sigkill_goes_on_and_nothing_before_the_pause_runs_ag
     );
     assert_eq!(done["metadata"]["warnings"], json!([]), "{done}");
     server.terminate();
-    verify(dir.path());
+    verify_journal(dir.path());
 }
 
 #[tokio::test]
@@ -481,14 +483,7 @@ async fn an_undecided_call_times_out_denied_even_across_a_restart_30() {
     let run = turn(&server, "s1", "/ls\nlisted").await;
     assert_eq!(run["status"], "PAUSED", "{run}");
     let path = format!("/agents/coder/runs/{}", run["run_id"].as_str().unwrap());
-    let mut done = get(&server, &path).await;
-    for _ in 0..300 {
-        if done["status"] == "COMPLETED" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        done = get(&server, &path).await;
-    }
+    let done = until(&server, &path, |done| done["status"] == "COMPLETED").await;
     assert_eq!(done["status"], "COMPLETED", "{done}");
     assert_eq!(done["tools"][0]["confirmed"], false, "{done}");
     assert_eq!(done["tools"][0]["confirmation_note"], "timed out", "{done}");
@@ -500,18 +495,11 @@ async fn an_undecided_call_times_out_denied_even_across_a_restart_30() {
     std::thread::sleep(Duration::from_millis(1_200));
     let server = start(dir.path());
     let path = format!("/agents/coder/runs/{}", second["run_id"].as_str().unwrap());
-    let mut done = get(&server, &path).await;
-    for _ in 0..300 {
-        if done["status"] == "COMPLETED" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        done = get(&server, &path).await;
-    }
+    let done = until(&server, &path, |done| done["status"] == "COMPLETED").await;
     assert_eq!(done["status"], "COMPLETED", "{done}");
     assert_eq!(done["tools"][0]["confirmation_note"], "timed out", "{done}");
     server.terminate();
-    verify(dir.path());
+    verify_journal(dir.path());
 }
 
 #[tokio::test]
@@ -537,14 +525,10 @@ async fn operators_approve_and_deny_from_the_command_line_30() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("approved"));
     let path = format!("/agents/coder/runs/{run_id}");
-    let mut again = get(&server, &path).await;
-    for _ in 0..300 {
-        if again["status"] == "PAUSED" && again["tools"].as_array().unwrap().len() == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        again = get(&server, &path).await;
-    }
+    let again = until(&server, &path, |again| {
+        again["status"] == "PAUSED" && again["tools"].as_array().unwrap().len() == 2
+    })
+    .await;
     assert_eq!(again["status"], "PAUSED", "{again}");
     let call = again["tools"][1]["tool_call_id"].as_str().unwrap();
     let wrong = turnstile_in(
@@ -571,14 +555,7 @@ async fn operators_approve_and_deny_from_the_command_line_30() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut done = get(&server, &path).await;
-    for _ in 0..300 {
-        if done["status"] == "COMPLETED" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        done = get(&server, &path).await;
-    }
+    let done = until(&server, &path, |done| done["status"] == "COMPLETED").await;
     assert_eq!(done["status"], "COMPLETED", "{done}");
     assert_eq!(done["tools"][1]["confirmation_note"], "no writes");
     assert!(!dir.path().join("work/x.txt").exists());
@@ -700,84 +677,38 @@ async fn a_usage_limit_is_waited_out_across_a_restart_spending_no_attempt_30() {
 
     // Stopped during the wait: the journaled timer holds after the restart, and a
     // stream attached then sees the run go on.
-    let (status, accepted) = post(
-        &server,
-        "/agents/coder/runs",
-        &[
-            ("message", "/fail usage_limit 2\nlater"),
-            ("session_id", "s2"),
-            ("stream", "false"),
-            ("background", "true"),
-        ],
-    )
-    .await;
-    assert_eq!(status, 202, "{accepted}");
+    let accepted = background(&server, "s2", "/fail usage_limit 2\nlater").await;
     let path = format!(
         "/agents/coder/runs/{}",
         accepted["run_id"].as_str().unwrap()
     );
-    let mut waiting = get(&server, &path).await;
-    for _ in 0..200 {
-        if waiting["metadata"]["warnings"]
+    let waiting = until(&server, &path, |waiting| {
+        waiting["metadata"]["warnings"]
             .as_array()
             .is_some_and(|w| !w.is_empty())
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        waiting = get(&server, &path).await;
-    }
+    })
+    .await;
     assert_eq!(waiting["status"], "RUNNING", "{waiting}");
     server.kill();
     let server = start(dir.path());
-    let mut done = get(&server, &path).await;
-    for _ in 0..400 {
-        if done["status"] == "COMPLETED" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        done = get(&server, &path).await;
-    }
+    let done = until(&server, &path, |done| done["status"] == "COMPLETED").await;
     assert_eq!(done["status"], "COMPLETED", "{done}");
     assert_eq!(done["content"], "echo: later");
 
     // A cancel ends a wait at once.
-    let (status, accepted) = post(
-        &server,
-        "/agents/coder/runs",
-        &[
-            ("message", "/fail usage_limit 30\nnever"),
-            ("session_id", "s4"),
-            ("stream", "false"),
-            ("background", "true"),
-        ],
-    )
-    .await;
-    assert_eq!(status, 202, "{accepted}");
+    let accepted = background(&server, "s4", "/fail usage_limit 30\nnever").await;
     let run_id = accepted["run_id"].as_str().unwrap();
     let path = format!("/agents/coder/runs/{run_id}");
-    let mut waiting = get(&server, &path).await;
-    for _ in 0..200 {
-        if waiting["metadata"]["warnings"]
+    until(&server, &path, |waiting| {
+        waiting["metadata"]["warnings"]
             .as_array()
             .is_some_and(|w| !w.is_empty())
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        waiting = get(&server, &path).await;
-    }
+    })
+    .await;
     let cancelled_at = std::time::Instant::now();
     let (status, _) = post(&server, &format!("{path}/cancel"), &[]).await;
     assert_eq!(status, 200);
-    let mut ended = get(&server, &path).await;
-    for _ in 0..200 {
-        if ended["status"] == "CANCELLED" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        ended = get(&server, &path).await;
-    }
+    let ended = until(&server, &path, |ended| ended["status"] == "CANCELLED").await;
     assert_eq!(ended["status"], "CANCELLED", "{ended}");
     assert!(cancelled_at.elapsed() < Duration::from_secs(5));
 
@@ -790,7 +721,7 @@ async fn a_usage_limit_is_waited_out_across_a_restart_spending_no_attempt_30() {
     assert_eq!(failed["status"], "ERROR", "{failed}");
     assert_eq!(failed["metadata"]["error_type"], "usage_limit", "{failed}");
     server.terminate();
-    verify(dir.path());
+    verify_journal(dir.path());
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use serde_json::Value;
-use turnstile_tests::{Server, http_client, turnstile_in, turnstile_in_ok};
+use turnstile_tests::{Server, http_client, turnstile_in_ok, verify_journal};
 
 fn config(dir: &Path, extra: &str) {
     std::fs::write(
@@ -75,16 +75,6 @@ fn results(run: &Value) -> Vec<String> {
         .collect()
 }
 
-fn verify(dir: &Path) {
-    let out = turnstile_in(dir, &["journal", "verify", "--config", "turnstile.toml"]);
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[tokio::test]
 async fn a_restart_on_a_new_machine_restores_the_files_29() {
     let dir = tempfile::tempdir().unwrap();
@@ -124,7 +114,7 @@ async fn a_restart_on_a_new_machine_restores_the_files_29() {
     assert!(timeline.contains("files after"), "{timeline}");
     assert!(timeline.contains("+notes/a.txt"), "{timeline}");
     assert!(timeline.contains("-b.txt"), "{timeline}");
-    verify(dir.path());
+    verify_journal(dir.path());
 }
 
 #[tokio::test]
@@ -208,7 +198,7 @@ async fn a_continuation_sees_the_files_of_its_checkpoint_29() {
     .await;
     assert_eq!(status, 404);
     server.terminate();
-    verify(dir.path());
+    verify_journal(dir.path());
 }
 
 #[tokio::test]
@@ -229,7 +219,7 @@ async fn a_continuation_from_the_start_of_a_run_sees_the_files_before_it_29() {
     .await;
     assert_eq!(results(&replay), ["before", "missing"], "{replay}");
     server.terminate();
-    verify(dir.path());
+    verify_journal(dir.path());
 }
 
 #[tokio::test]
@@ -276,7 +266,7 @@ async fn an_export_imported_on_a_new_machine_resumes_with_its_files_29() {
             "data",
         ],
     );
-    verify(new.path());
+    verify_journal(new.path());
     let server = start(new.path());
     let next = turn(&server, "s1", "/read src/main.rs\n/ls").await;
     assert_eq!(
@@ -382,7 +372,7 @@ async fn links_executables_bounds_and_ignored_paths_29() {
         .mode();
     assert_eq!(mode & 0o100, 0o100, "{mode:o}");
     server.terminate();
-    verify(dir.path());
+    verify_journal(dir.path());
 }
 
 #[tokio::test]
@@ -470,7 +460,7 @@ async fn files_put_in_a_new_sessions_directory_before_its_first_turn_are_its_own
         timeline.contains("files before the session's first turn: +src/lib.rs"),
         "{timeline}"
     );
-    verify(dir.path());
+    verify_journal(dir.path());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -520,5 +510,5 @@ async fn a_large_file_is_journaled_in_pieces_and_restored_whole_29() {
     turn(&server, "big", "/reply back").await;
     assert_eq!(std::fs::read(work.join("data.bin")).unwrap(), bytes);
     server.terminate();
-    verify(dir.path());
+    verify_journal(dir.path());
 }

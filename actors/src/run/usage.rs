@@ -8,16 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use turnstile_journal::{Event, Recorded, RunEvent, Warning};
+use turnstile_journal::{Event, Recorded, RunEvent, Warning, now_us};
 
 use super::RunTask;
-
-/// Now, in microseconds since the epoch.
-fn now_us() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_micros() as i64)
-}
 
 impl RunTask {
     /// The attempt hit the usage limit until `resets_at_us`: `None` once it is waited out

@@ -20,6 +20,16 @@ use crate::session::{
 };
 use crate::stream::RunEvents;
 
+/// Where a command for a session was carried out ([`Runtime::on_owner`]).
+enum Carried<T> {
+    /// By this replica's actor.
+    Here(T),
+    /// By the replica that owns the session, which replied.
+    There(ReplicaReply),
+    /// The owner never replied in time (this one).
+    Silent(String),
+}
+
 impl Runtime {
     /// The handle on a run its session's actor accepted, its events from index 0.
     fn accepted_handle(&self, session_id: SessionId, accepted: Accepted) -> RunHandle {
@@ -206,13 +216,36 @@ impl Runtime {
         run_id: &RunId,
         session_id: &SessionId,
     ) -> Result<bool, RuntimeError> {
+        let here = || CancelRunMsg(run_id.clone());
+        let there = || ReplicaCommand::Cancel(run_id.clone());
+        Ok(match self.on_owner(session_id, here, there).await? {
+            Carried::Here(cancelled) | Carried::There(ReplicaReply::Cancelled { cancelled }) => {
+                cancelled
+            }
+            Carried::There(_) | Carried::Silent(_) => false,
+        })
+    }
+
+    /// Sends `message()` to the session's actor; when another replica owns the session,
+    /// hands `forward()` to that owner, and asks again while the owner does not answer
+    /// (it may have died: the session is free then, or soon), until the wait's end.
+    async fn on_owner<M, T>(
+        &self,
+        session_id: &SessionId,
+        message: impl Fn() -> M,
+        forward: impl Fn() -> ReplicaCommand,
+    ) -> Result<Carried<T>, RuntimeError>
+    where
+        M: Message<Result = Result<T, RuntimeError>> + Send + 'static,
+        T: Send + 'static,
+        SessionActor: Handler<M>,
+    {
         let deadline = Instant::now() + ELSEWHERE_WAIT;
         loop {
-            let answer = match self
-                .ask_session(session_id.clone(), CancelRunMsg(run_id.clone()))
-                .await
-            {
-                Ok(answer) => answer,
+            let owner = match self.ask_session(session_id.clone(), message()).await {
+                Ok(Ok(done)) => return Ok(Carried::Here(done)),
+                Ok(Err(RuntimeError::Elsewhere { owner, .. })) => owner,
+                Ok(Err(error)) => return Err(error),
                 // The actor stopped (it gave its lease back) between lookup and send.
                 Err(RuntimeError::Stopped)
                     if Instant::now() < deadline
@@ -222,23 +255,13 @@ impl Runtime {
                 }
                 Err(error) => return Err(error),
             };
-            match answer {
-                Ok(cancelled) => return Ok(cancelled),
-                Err(RuntimeError::Elsewhere { owner, .. }) => {
-                    let command = ReplicaCommand::Cancel(run_id.clone());
-                    match self.ask_replica(session_id, &owner, command).await? {
-                        Some(ReplicaReply::Cancelled { cancelled }) => return Ok(cancelled),
-                        Some(_) => return Ok(false),
-                        None => {}
-                    }
-                    // Its owner died meanwhile: the session is free now, or soon.
-                    if Instant::now() >= deadline {
-                        return Ok(false);
-                    }
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                Err(error) => return Err(error),
+            if let Some(reply) = self.ask_replica(session_id, &owner, forward()).await? {
+                return Ok(Carried::There(reply));
             }
+            if Instant::now() >= deadline {
+                return Ok(Carried::Silent(owner));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 
@@ -331,64 +354,41 @@ impl Runtime {
                 run_id: command.run_id,
             }));
         };
-        let deadline = Instant::now() + ELSEWHERE_WAIT;
-        loop {
-            let answer = match self
-                .ask_session(session_id.clone(), DecideMsg(command.clone()))
-                .await
-            {
-                Ok(answer) => answer,
-                Err(RuntimeError::Stopped)
-                    if Instant::now() < deadline
-                        && self.inner.shared.accepting.load(Ordering::SeqCst) =>
-                {
-                    continue;
-                }
-                Err(error) => return Err(error),
-            };
-            let owner = match answer {
-                Ok(Ok(accepted)) => return Ok(Ok(self.accepted_handle(session_id, accepted))),
-                Ok(Err(refused)) => return Ok(Err(refused)),
-                Err(RuntimeError::Elsewhere { owner, .. }) => owner,
-                Err(error) => return Err(error),
-            };
-            let forwarded = ReplicaCommand::Decide(Box::new(command.clone()));
-            match self.ask_replica(&session_id, &owner, forwarded).await? {
-                Some(ReplicaReply::Continued {
+        let here = || DecideMsg(command.clone());
+        let there = || ReplicaCommand::Decide(Box::new(command.clone()));
+        match self.on_owner(&session_id, here, there).await? {
+            Carried::Here(Ok(accepted)) => Ok(Ok(self.accepted_handle(session_id, accepted))),
+            Carried::Here(Err(refused)) => Ok(Err(refused)),
+            Carried::There(ReplicaReply::Continued {
+                run_id,
+                from_seq,
+                from_index,
+            }) => {
+                let events = RunEvents::new(
+                    self.journal().clone(),
+                    session_id.clone(),
+                    run_id.clone(),
+                    turnstile_journal::Seq(from_seq),
+                    None,
+                    EventIndex(from_index),
+                );
+                Ok(Ok(RunHandle {
+                    events,
                     run_id,
-                    from_seq,
-                    from_index,
-                }) => {
-                    let events = RunEvents::new(
-                        self.journal().clone(),
-                        session_id.clone(),
-                        run_id.clone(),
-                        turnstile_journal::Seq(from_seq),
-                        None,
-                        EventIndex(from_index),
-                    );
-                    return Ok(Ok(RunHandle {
-                        events,
-                        run_id,
-                        session_id,
-                        reused: false,
-                        runtime: self.clone(),
-                    }));
-                }
-                Some(ReplicaReply::Refused { refused }) => {
-                    return Ok(Err(refusal_of(&refused, &session_id)));
-                }
-                Some(other) => return Err(RuntimeError::ReplicaReply(other.to_wire())),
-                None if Instant::now() >= deadline => {
-                    return Err(RuntimeError::OwnerSilent {
-                        session_id,
-                        owner,
-                        detail: ", which does not take the decision",
-                    });
-                }
-                // Its owner died meanwhile: the session is free now, or soon.
-                None => tokio::time::sleep(Duration::from_millis(5)).await,
+                    session_id,
+                    reused: false,
+                    runtime: self.clone(),
+                }))
             }
+            Carried::There(ReplicaReply::Refused { refused }) => {
+                Ok(Err(refusal_of(&refused, &session_id)))
+            }
+            Carried::There(other) => Err(RuntimeError::ReplicaReply(other.to_wire())),
+            Carried::Silent(owner) => Err(RuntimeError::OwnerSilent {
+                session_id,
+                owner,
+                detail: ", which does not take the decision",
+            }),
         }
     }
 

@@ -10,7 +10,7 @@ use actix::prelude::*;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use turnstile_journal::{EventIndex, Expected, RunEvent, RunId, ToolDecision};
+use turnstile_journal::{EventIndex, Expected, RunEvent, RunId, ToolDecision, now_us};
 use turnstile_projections::{RunStatus, RunView};
 
 /// The note of a call denied because nobody decided in time.
@@ -31,21 +31,21 @@ impl SessionActor {
 
     /// The run paused in this session: the state's, or one this actor paused whose pause
     /// the state has not folded yet.
-    pub(super) fn held_paused(&self) -> Option<RunId> {
+    pub(super) fn held_paused(&self) -> Option<&RunId> {
         if let Some(run) = self.paused_run() {
-            return Some(run.run_id.clone());
+            return Some(&run.run_id);
         }
         let (run_id, index) = self.holding.as_ref()?;
         let folded = self
             .state
             .run(run_id)
             .is_none_or(|run| run.event_count > index.0);
-        (!folded).then(|| run_id.clone())
+        (!folded).then_some(run_id)
     }
 
     /// A run paused here whose pause the state has not folded yet.
     pub(super) fn pause_unfolded(&self, run_id: &RunId) -> bool {
-        self.paused_run().is_none() && self.held_paused().as_ref() == Some(run_id)
+        self.paused_run().is_none() && self.held_paused() == Some(run_id)
     }
 
     /// Arms the timeout of the session's paused run, if it has one and its agent
@@ -295,11 +295,4 @@ impl Handler<DecideMsg> for SessionActor {
             .map(move |result, actor, ctx| actor.decided(result, admitted, live, ctx)),
         )
     }
-}
-
-/// Now, in microseconds since the epoch (as journal records tell time).
-pub(crate) fn now_us() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_micros() as i64)
 }

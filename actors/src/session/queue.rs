@@ -38,24 +38,14 @@ impl SessionActor {
             .as_ref()
             .map(|f| &f.run_id)
             .or_else(|| self.queue.front().map(|q| &q.run_id))
-            .or_else(|| self.paused_here())
+            .or_else(|| self.held_paused())
     }
 
     /// The paused run, unless its end is being journaled (a cancel): a paused run
     /// holds its session until it is continued and ends.
     fn paused_for_a_new_turn(&self) -> Option<&RunId> {
-        self.paused_here()
+        self.held_paused()
             .filter(|run_id| !self.ending.contains(*run_id))
-    }
-
-    /// The session's paused run (see [`SessionActor::held_paused`]), borrowed.
-    fn paused_here(&self) -> Option<&RunId> {
-        self.paused_run().map(|run| &run.run_id).or_else(|| {
-            self.holding
-                .as_ref()
-                .map(|(run_id, _)| run_id)
-                .filter(|_| self.held_paused().is_some())
-        })
     }
 
     /// Elects the head of the queue when the session is free, then waits for a slot.
@@ -77,7 +67,7 @@ impl SessionActor {
             return;
         }
         if let Some(held) = self.held_paused()
-            && self.queue.front().is_none_or(|head| head.run_id != held)
+            && self.queue.front().is_none_or(|head| &head.run_id != held)
         {
             // The paused run holds the session: the turns behind it wait for its end (its
             // own continuation, decided, goes first; see `take_head`).

@@ -6,7 +6,7 @@ use super::extract::Query;
 use super::{AppState, owner_of, positive};
 use crate::api::error::{ApiError, ErrorBody};
 use crate::auth::Caller;
-use crate::wire::dto::{self, ApprovalPage, PendingApproval};
+use crate::wire::dto::{self, ApprovalPage};
 use axum::Json;
 use axum::extract::State;
 use serde::Deserialize;
@@ -42,19 +42,18 @@ pub(super) async fn list_approvals(
 ) -> Result<Json<ApprovalPage>, ApiError> {
     let limit = positive("limit", query.limit.as_deref(), 20, 1_000)?;
     let page = positive("page", query.page.as_deref(), 1, 1_000_000)?;
-    let session_id = match query.session_id.as_deref() {
-        Some(text) => match SessionId::parse(text) {
-            Ok(id) => Some(id),
-            // No such session can have a paused run.
-            Err(_) => return Ok(Json(empty(page, limit))),
-        },
-        None => None,
+    let runs = match query.session_id.as_deref().map(SessionId::parse) {
+        // No session of that id can have a paused run.
+        Some(Err(_)) => Vec::new(),
+        session_id => {
+            let session_id = session_id.and_then(Result::ok);
+            tokio::task::block_in_place(|| {
+                state
+                    .runtime
+                    .paused_runs(query.agent_id.as_deref(), session_id.as_ref())
+            })?
+        }
     };
-    let runtime = state.runtime.clone();
-    let agent_id = query.agent_id.clone();
-    let runs = tokio::task::block_in_place(|| {
-        runtime.paused_runs(agent_id.as_deref(), session_id.as_ref())
-    })?;
     let mut pending = Vec::new();
     for run in runs {
         if caller.owner().is_some() {
@@ -83,16 +82,4 @@ pub(super) async fn list_approvals(
             total_count,
         },
     }))
-}
-
-fn empty(page: usize, limit: usize) -> ApprovalPage {
-    ApprovalPage {
-        data: Vec::<PendingApproval>::new(),
-        meta: dto::PageMeta {
-            page,
-            limit,
-            total_pages: 0,
-            total_count: 0,
-        },
-    }
 }

@@ -43,9 +43,16 @@ pub(crate) fn policy(configured: &str, approvals: bool) -> &str {
     }
 }
 
-/// Whether `method` is an approval request.
+/// Whether `method` asks to run a command or change files (the approvals turnstile
+/// answers; any other request is refused as before).
 pub(crate) fn is_approval(method: &str) -> bool {
-    method.ends_with("requestApproval") || method.ends_with("Approval")
+    matches!(
+        method,
+        "item/commandExecution/requestApproval"
+            | "item/fileChange/requestApproval"
+            | "execCommandApproval"
+            | "applyPatchApproval"
+    )
 }
 
 /// The call an approval request is about, as the run's events name it.

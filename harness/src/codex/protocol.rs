@@ -310,8 +310,13 @@ fn compaction(context: LineContext<'_>) -> Option<HarnessEvent> {
     })
 }
 
-/// What the app-server asks of us besides approvals (`approvals.rs`): refused.
+/// What the app-server asks of us besides commands and file changes (`approvals.rs`):
+/// another approval (permissions…) is declined, as nobody is there to ask; anything
+/// else is refused.
 fn server_request(method: &str, id: &Value) -> String {
+    if method.ends_with("requestApproval") || method.ends_with("Approval") {
+        return json!({"id": id, "result": {"decision": "decline"}}).to_string();
+    }
     json!({"id": id, "error": {"code": -32601, "message": format!("turnstile does not answer {method}")}})
         .to_string()
 }

@@ -228,12 +228,11 @@ async fn play(
         }
         Step::FailTransient(_) => Ok(None),
         Step::FailUsageLimit(seconds) if request.attempt == 1 => {
-            let now_us = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |since| since.as_micros() as i64);
+            let resets_at_us = turnstile_journal::now_us()
+                .saturating_add((*seconds as i64).saturating_mul(1_000_000));
             Err(HarnessError::UsageLimit {
                 message: format!("scripted usage limit, resetting in {seconds} s"),
-                resets_at_us: now_us.saturating_add((*seconds as i64).saturating_mul(1_000_000)),
+                resets_at_us,
             })
         }
         Step::FailUsageLimit(_) => Ok(None),

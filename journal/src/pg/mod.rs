@@ -138,13 +138,6 @@ struct Inner {
     closed: AtomicBool,
 }
 
-fn now_us() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or(0)
-}
-
 /// A URL without its password, for messages.
 fn redacted(url: &str) -> String {
     match tokio_postgres::Config::from_str(url) {

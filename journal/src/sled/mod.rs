@@ -54,7 +54,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 use tokio::sync::{broadcast, mpsc};
 
 mod committer;
@@ -131,13 +131,6 @@ pub(crate) fn open_sled(dir: &Path, options: &JournalOptions) -> Result<sled::Db
             Err(other) => return Err(other.into()),
         }
     }
-}
-
-fn now_us() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or(0)
 }
 
 impl SledJournal {
