@@ -107,10 +107,6 @@ pub const POSTGRES_WAIT_MS: u64 = 3_000;
 /// readable (on PostgreSQL a record is read once it has its global position), in
 /// milliseconds; past it the command is answered as unavailable.
 pub const SESSION_CATCH_UP_MS: u64 = 3_000;
-/// How often each PostgreSQL replica positions finished records no appender positioned
-/// (a process killed between its commit and its positioning), in milliseconds.
-pub const POSITION_TAIL_MS: u64 = 250;
-
 /// Records written per sled batch (one segment) while importing, at most; a segment
 /// also ends once it holds [`GROUP_COMMIT_BYTES_MAX`] bytes, as the
 /// committer's do.
@@ -119,12 +115,17 @@ pub const IMPORT_BATCH_RECORDS: usize = 1024;
 /// Records one query of the PostgreSQL journal's paged readers reads.
 pub const POSTGRES_PAGE_RECORDS: i64 = 1_000;
 
-/// Records one call of the PostgreSQL journal's `position_records` positions at most.
-pub const POSTGRES_POSITION_BATCH_RECORDS: i32 = 10_000;
+/// Appends one PostgreSQL batch (one transaction, one WAL flush) holds at most; a batch
+/// also ends once its events hold [`POSTGRES_BATCH_BYTES_MAX`] (one append of any size
+/// goes, alone if need be).
+pub const POSTGRES_BATCH_APPENDS_MAX: usize = 512;
 
-/// PostgreSQL appenders, each a connection's worth of appends in order: a session always goes to
-/// the same one, so one session's appends are journaled in the order they were made.
-pub const POSTGRES_APPENDERS: usize = 8;
+/// Event bytes one PostgreSQL batch holds at most (see [`POSTGRES_BATCH_APPENDS_MAX`]).
+pub const POSTGRES_BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+/// PostgreSQL batches on their way at once, of disjoint sessions: the next one is sent
+/// while the database flushes the last (batches take the global order's lock in turn).
+pub const POSTGRES_BATCHES_IN_FLIGHT: usize = 2;
 
 /// How often the PostgreSQL follower looks for records other processes positioned, in
 /// milliseconds.

@@ -526,9 +526,10 @@ fn a_reopened_journal_continues_where_it_was(place: Place) {
 
 // PostgreSQL only.
 
-/// A transaction that took an id and commits late (an operator's, another replica's
-/// slow append) holds positions back; nothing committed meanwhile is passed over, and
-/// every record gets a position once it ends.
+/// Positions are given in the appending transaction under the global order's lock, held
+/// to its commit: a transaction that holds it (an appender between its positions and its
+/// commit) holds every later append back, so nothing committed meanwhile is passed over;
+/// a transaction that does not (an operator's, holding an id) holds nothing back.
 #[test]
 fn postgres_a_late_commit_is_never_passed_over() {
     let Some(url) = turnstile_tests::postgres::database() else {
@@ -536,27 +537,37 @@ fn postgres_a_late_commit_is_never_passed_over() {
     };
     let journal = Place::Postgres(url.clone()).open();
     append(&journal, &session("early"), vec![line("0")]);
-    // Holds an xid for 1.5 s: like a writer between its insert and its commit.
-    let holder = {
+    let hold = |sql: &'static str| {
         let url = url.clone();
-        std::thread::spawn(move || {
-            turnstile_tests::postgres::psql(
-                &url,
-                "BEGIN; SELECT pg_current_xact_id(); SELECT pg_sleep(1.5); COMMIT;",
-            )
-        })
+        std::thread::spawn(move || turnstile_tests::postgres::psql(&url, sql))
     };
+    // An unrelated transaction with an id: appends go on.
+    let holder = hold("BEGIN; SELECT pg_current_xact_id(); SELECT pg_sleep(1.5); COMMIT;");
     std::thread::sleep(std::time::Duration::from_millis(300));
     let started = std::time::Instant::now();
-    let late = append(&journal, &session("late"), vec![line("1"), line("2")]);
+    let beside = append(&journal, &session("beside"), vec![line("1")]);
+    let waited = started.elapsed();
+    assert!(
+        waited < std::time::Duration::from_millis(900),
+        "an append waited {waited:?} for a transaction that gives no positions"
+    );
+    assert_eq!(beside[0].pos.0, 1);
+    holder.join().unwrap();
+    // A transaction between its positions and its commit: the next append waits for it.
+    let holder = hold(
+        "BEGIN; SELECT next_pos FROM turnstile.positions FOR UPDATE; SELECT pg_sleep(1.5); COMMIT;",
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let late = append(&journal, &session("late"), vec![line("2"), line("3")]);
     let waited = started.elapsed();
     holder.join().unwrap();
     assert!(
         waited >= std::time::Duration::from_millis(900),
-        "the append was answered before the older transaction ended ({waited:?}): its position could have been passed over"
+        "the append was answered before the positioning transaction ended ({waited:?}): its position could have been passed over"
     );
-    assert_eq!(late.iter().map(|r| r.pos.0).collect::<Vec<_>>(), [1, 2]);
-    assert_eq!(journal.read_from(JournalPos(0)).count(), 3);
+    assert_eq!(late.iter().map(|r| r.pos.0).collect::<Vec<_>>(), [2, 3]);
+    assert_eq!(journal.read_from(JournalPos(0)).count(), 4);
 }
 
 /// Two handles on one database (two processes' worth): one writes a session at a time

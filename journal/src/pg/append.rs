@@ -1,130 +1,256 @@
-//! Appends: one appender task per shard of sessions, one call of `turnstile.append` per
-//! request (the stream's head and the lease's fencing token checked inside the database),
-//! then the records positioned in transaction order.
+//! Appends, by group commit: one appender gathers the requests waiting at one moment
+//! into a batch, at most one append of a session (a session's next append waits for the
+//! batch that holds its last, so a session's appends are journaled in the order they
+//! were made), seals each on its stream's head, and sends the batch as one call of
+//! `turnstile.append_batch` (`batch.rs`): one round trip, one transaction, one WAL
+//! flush, each append checked against its stream's head and its lease's fencing token
+//! inside the database and refused alone. A few batches are on their way at once, of
+//! disjoint sessions.
 
-use crate::chain::{self, Head, IndexChange};
-use crate::codec::{self, Hash};
-use crate::event::Event;
+use crate::chain::{self, Head};
+use crate::codec::Hash;
 use crate::ids::{JournalPos, Seq, SessionId};
 use crate::now_us;
+use crate::pg::batch::{Batch, Part, Verdict, call_batch};
 use crate::pg::replicas::LeaseState;
 use crate::pg::{Inner, Request};
-use crate::types::AppendResult;
-use crate::types::{Conflict, Expected};
+use crate::types::{Conflict, Expected, Recorded};
 use crate::{Error, limits};
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Weak};
+use std::time::Instant;
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 
-/// What one append changes in the indexes, as the `append` function takes it.
-#[derive(Default)]
-pub(super) struct IndexArgs {
-    pub(super) created: Option<(String, Option<String>)>,
-    pub(super) queued_runs: Vec<String>,
-    pub(super) queued_agents: Vec<String>,
-    pub(super) queued_seqs: Vec<i64>,
-    pub(super) status_runs: Vec<String>,
-    pub(super) statuses: Vec<String>,
-    pub(super) terminal: Vec<bool>,
-    pub(super) keys: Vec<String>,
-    pub(super) key_runs: Vec<String>,
-    pub(super) deleted: bool,
+/// What a batch gives back to the appender when it is done: its sessions (free for
+/// their next append) and the requests to send again (sealed on a stale cached head).
+struct Landed {
+    sessions: Vec<SessionId>,
+    again: Vec<Request>,
 }
 
-impl IndexArgs {
-    /// The index rules ([`chain::index_changes`]) as the function's arguments.
-    pub(super) fn add(&mut self, seq: Seq, event: &Event) {
-        for change in chain::index_changes(event) {
-            match change {
-                IndexChange::RunQueued { run_id, agent_id } => {
-                    self.queued_runs.push(run_id.as_str().to_owned());
-                    self.queued_agents.push(agent_id.to_owned());
-                    self.queued_seqs.push(seq.0 as i64);
-                }
-                IndexChange::SessionCreated { agent_id, user_id } => {
-                    self.created = Some((agent_id.to_owned(), user_id.map(str::to_owned)));
-                }
-                IndexChange::SessionDeleted => self.deleted = true,
-                IndexChange::KeyBound { key, run_id } => {
-                    self.keys.push(key.to_owned());
-                    self.key_runs.push(run_id.as_str().to_owned());
-                }
-                IndexChange::RunStatus {
-                    run_id,
-                    status,
-                    terminal,
-                } => {
-                    self.status_runs.push(run_id.as_str().to_owned());
-                    self.statuses.push(char::from(status).to_string());
-                    self.terminal.push(terminal);
-                }
+/// Gathers the requests into batches and sends them, until the journal closes.
+pub(super) async fn appender(inner: Weak<Inner>, mut receiver: mpsc::Receiver<Request>) {
+    let mut waiting: VecDeque<Request> = VecDeque::new();
+    let mut busy: HashMap<tokio::task::Id, Vec<SessionId>> = HashMap::new();
+    let mut flights: JoinSet<Landed> = JoinSet::new();
+    let room = limits::POSTGRES_BATCH_APPENDS_MAX * limits::POSTGRES_BATCHES_IN_FLIGHT;
+    let mut open = true;
+    loop {
+        while open && waiting.len() < room {
+            match receiver.try_recv() {
+                Ok(request) => waiting.push_back(request),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => open = false,
             }
+        }
+        while flights.len() < limits::POSTGRES_BATCHES_IN_FLIGHT {
+            let in_flight: HashSet<&SessionId> = busy.values().flatten().collect();
+            let batch = take_batch(&mut waiting, &in_flight);
+            if batch.is_empty() {
+                break;
+            }
+            let Some(strong) = inner.upgrade() else {
+                for request in batch {
+                    let _ = request.reply.send(Err(Error::Stopped));
+                }
+                continue;
+            };
+            let sessions = batch.iter().map(|r| r.session_id.clone()).collect();
+            let task = flights.spawn(send_batch(strong, batch));
+            busy.insert(task.id(), sessions);
+        }
+        if !open && waiting.is_empty() && flights.is_empty() {
+            return;
+        }
+        tokio::select! {
+            request = receiver.recv(), if open && waiting.len() < room => match request {
+                Some(request) => waiting.push_back(request),
+                None => open = false,
+            },
+            landed = flights.join_next_with_id(), if !flights.is_empty() => match landed {
+                Some(Ok((task, landed))) => {
+                    busy.remove(&task);
+                    for request in landed.again.into_iter().rev() {
+                        waiting.push_front(request);
+                    }
+                    drop(landed.sessions);
+                }
+                // A batch that panicked answered nothing: its requests' callers see the
+                // journal stopped (their reply channels are gone).
+                Some(Err(error)) => {
+                    busy.remove(&error.id());
+                }
+                None => {}
+            },
         }
     }
 }
 
-/// Appends the requests of one shard, one after the other.
-pub(super) async fn appender(inner: std::sync::Weak<Inner>, mut receiver: mpsc::Receiver<Request>) {
-    while let Some(request) = receiver.recv().await {
-        let Some(inner) = inner.upgrade() else {
-            let _ = request.reply.send(Err(Error::Stopped));
+/// The next batch: the waiting requests in order, skipping a session already in flight
+/// or already in this batch (and so every later request of it), up to the batch's size.
+fn take_batch(waiting: &mut VecDeque<Request>, in_flight: &HashSet<&SessionId>) -> Vec<Request> {
+    let mut batch = Vec::new();
+    let mut taken: HashSet<SessionId> = HashSet::new();
+    let mut rest = VecDeque::with_capacity(waiting.len());
+    let mut bytes = 0;
+    while let Some(request) = waiting.pop_front() {
+        let size: usize = request.events.iter().map(|e| e.bytes.len()).sum();
+        let full = batch.len() >= limits::POSTGRES_BATCH_APPENDS_MAX
+            || (!batch.is_empty() && bytes + size > limits::POSTGRES_BATCH_BYTES_MAX);
+        if full || in_flight.contains(&request.session_id) || taken.contains(&request.session_id) {
+            rest.push_back(request);
             continue;
-        };
-        let Request {
-            session_id,
-            expected,
-            events,
-            reply,
-        } = request;
-        let started = Instant::now();
-        let answer = append_one(&inner, &session_id, expected, events).await;
-        if answer.as_ref().is_ok_and(|answer| answer.is_ok()) {
-            inner
-                .stats
-                .record_sync(started.elapsed().as_micros() as u64, 1);
-            inner.appended.notify_one();
-            let _ = inner.touched.send(session_id.clone());
         }
-        let _ = reply.send(answer);
+        bytes += size;
+        taken.insert(request.session_id.clone());
+        batch.push(request);
     }
+    *waiting = rest;
+    batch
 }
 
-pub(super) async fn head_of(
-    inner: &Inner,
-    client: &deadpool_postgres::Client,
-    session_id: &SessionId,
-    cached: bool,
-) -> Result<Head, Error> {
-    if cached
-        && let Some(head) = inner
-            .heads
-            .lock()
-            .ok()
-            .and_then(|heads| heads.get(session_id).copied())
-    {
-        return Ok(head);
-    }
-    let row = client
-        .query_opt(
-            "SELECT next_seq, head_hash FROM turnstile.streams WHERE session_id = $1",
-            &[&session_id.as_str()],
-        )
-        .await?;
-    let head = match row {
-        None => Head::EMPTY,
-        Some(row) => {
-            let hash: Vec<u8> = row.get(1);
-            Head {
-                next_seq: Seq(row.get::<_, i64>(0) as u64),
-                last_hash: hash
-                    .try_into()
-                    .map_err(|_| Error::Store("malformed stream head".into()))?,
+async fn send_batch(inner: Arc<Inner>, requests: Vec<Request>) -> Landed {
+    let sessions = requests.iter().map(|r| r.session_id.clone()).collect();
+    let again = match inner.pool.get().await {
+        Ok(client) => append_batch(&inner, &client, requests).await,
+        Err(error) => {
+            let error = Error::from(error);
+            for request in requests {
+                let _ = request.reply.send(Err(copy(&error)));
             }
+            Vec::new()
         }
     };
-    remember(inner, session_id, head);
-    Ok(head)
+    Landed { sessions, again }
+}
+
+/// The same failure for each request of a batch that failed whole.
+fn copy(error: &Error) -> Error {
+    match error {
+        Error::Unavailable(detail) => Error::Unavailable(detail.clone()),
+        Error::Stopped => Error::Stopped,
+        other => Error::Store(other.to_string()),
+    }
+}
+
+/// One request of a batch, sealed: what its answer is made of.
+struct Sealed {
+    request: Request,
+    sealed: Vec<chain::Sealed>,
+    at: Head,
+    ts_us: i64,
+    sizes: Vec<usize>,
+}
+
+/// Seals the requests, sends them as one batch, answers each; returns those to send
+/// again.
+async fn append_batch(
+    inner: &Inner,
+    client: &deadpool_postgres::Client,
+    requests: Vec<Request>,
+) -> Vec<Request> {
+    let started = Instant::now();
+    if let Err(error) = read_heads(inner, client, &requests).await {
+        for request in requests {
+            let _ = request.reply.send(Err(copy(&error)));
+        }
+        return Vec::new();
+    }
+    let mut batch = Batch::default();
+    let mut sealed = Vec::with_capacity(requests.len());
+    for request in requests {
+        if let Some(one) = seal(inner, request, &mut batch) {
+            sealed.push(one);
+        }
+    }
+    if sealed.is_empty() {
+        return Vec::new();
+    }
+    let me = inner
+        .replica_id
+        .lock()
+        .map(|id| id.clone())
+        .unwrap_or_default();
+    let verdicts = match call_batch(client, &me, &batch).await {
+        Ok(verdicts) => verdicts,
+        Err(error) => {
+            for one in sealed {
+                let _ = one.request.reply.send(Err(copy(&error)));
+            }
+            return Vec::new();
+        }
+    };
+    let mut again = Vec::new();
+    let mut appended = 0;
+    for (one, verdict) in sealed.into_iter().zip(verdicts) {
+        if verdict.status == "ok" {
+            appended += 1;
+        }
+        if let Some(request) = answer(inner, one, verdict) {
+            again.push(request);
+        }
+    }
+    if appended > 0 {
+        inner
+            .stats
+            .record_sync(started.elapsed().as_micros() as u64, appended);
+        inner.appended.notify_one();
+    }
+    again
+}
+
+/// Reads, in one query, the heads of the sessions not cached and of those whose
+/// expected sequence disagrees with the cache (another process may have appended).
+async fn read_heads(
+    inner: &Inner,
+    client: &deadpool_postgres::Client,
+    requests: &[Request],
+) -> Result<(), Error> {
+    let stale: Vec<SessionId> = {
+        let heads = inner.heads.lock().map_err(|_| Error::Stopped)?;
+        requests
+            .iter()
+            .filter(
+                |request| match (heads.get(&request.session_id), request.expected) {
+                    (None, _) => true,
+                    (Some(head), Expected::Next(expected)) => head.next_seq != expected,
+                    (Some(_), Expected::Any) => false,
+                },
+            )
+            .map(|request| request.session_id.clone())
+            .collect()
+    };
+    if stale.is_empty() {
+        return Ok(());
+    }
+    let rows = client
+        .query(
+            "SELECT session_id, next_seq, head_hash FROM turnstile.streams \
+             WHERE session_id = ANY ($1)",
+            &[&stale.iter().map(SessionId::as_str).collect::<Vec<_>>()],
+        )
+        .await?;
+    let mut found = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let hash: Vec<u8> = row.get(2);
+        let head = Head {
+            next_seq: Seq(row.get::<_, i64>(1) as u64),
+            last_hash: hash
+                .try_into()
+                .map_err(|_| Error::Store("malformed stream head".into()))?,
+        };
+        found.insert(row.get::<_, String>(0), head);
+    }
+    for session_id in stale {
+        let head = found
+            .get(session_id.as_str())
+            .copied()
+            .unwrap_or(Head::EMPTY);
+        remember(inner, &session_id, head);
+    }
+    Ok(())
 }
 
 pub(super) fn remember(inner: &Inner, session_id: &SessionId, head: Head) {
@@ -136,261 +262,174 @@ pub(super) fn remember(inner: &Inner, session_id: &SessionId, head: Head) {
     }
 }
 
-/// One call of `turnstile.append`: an append's sealed records and what they change.
-pub(super) struct AppendCall<'a> {
-    pub(super) session_id: &'a SessionId,
-    pub(super) owner: &'a str,
-    /// The lease's fencing token; `None` takes a free lease.
-    pub(super) epoch: Option<i64>,
-    pub(super) expected: Seq,
-    /// The hash of the last record.
-    pub(super) head_hash: &'a Hash,
-    pub(super) records: &'a [Vec<u8>],
-    pub(super) digests: &'a [Vec<u8>],
-    pub(super) blobs: &'a [Vec<u8>],
-    /// The session's creation time, when the records create it.
-    pub(super) ts_us: i64,
-    pub(super) index: &'a IndexArgs,
-}
-
-/// Runs the append: its row is `(status, next_seq, head_hash, lease_epoch, owner)`.
-pub(super) async fn call_append(
-    client: &deadpool_postgres::Client,
-    call: AppendCall<'_>,
-) -> Result<tokio_postgres::Row, Error> {
-    let statement = client
-        .prepare_cached(
-            "SELECT status, next_seq, head_hash, lease_epoch, owner FROM turnstile.append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
-        )
-        .await?;
-    let index = call.index;
-    let (created_agent, created_user) = match &index.created {
-        Some((agent, user)) => (Some(agent.as_str()), user.as_deref()),
-        None => (None, None),
+/// Checks a request against what this replica knows (its lease, the stream's head) and
+/// seals it into the batch; a request refused here is answered at once.
+fn seal(inner: &Inner, request: Request, batch: &mut Batch) -> Option<Sealed> {
+    let session_id = &request.session_id;
+    let epoch = match inner
+        .leases
+        .lock()
+        .ok()
+        .and_then(|leases| leases.get(session_id).copied())
+    {
+        Some(LeaseState::Held { epoch, .. }) => Some(epoch),
+        Some(LeaseState::Lost) => {
+            let error = Error::Fenced {
+                session_id: session_id.to_string(),
+            };
+            let _ = request.reply.send(Err(error));
+            return None;
+        }
+        None => None,
     };
-    Ok(client
-        .query_one(
-            &statement,
-            &[
-                &call.session_id.as_str(),
-                &call.owner,
-                &call.epoch,
-                &(call.expected.0 as i64),
-                &call.head_hash.as_slice(),
-                &call.records,
-                &call.digests,
-                &call.blobs,
-                &created_agent,
-                &created_user,
-                &call.ts_us,
-                &index.queued_runs,
-                &index.queued_agents,
-                &index.queued_seqs,
-                &index.status_runs,
-                &index.statuses,
-                &index.terminal,
-                &index.keys,
-                &index.key_runs,
-                &index.deleted,
-            ],
-        )
-        .await?)
-}
-
-pub(super) async fn append_one(
-    inner: &Inner,
-    session_id: &SessionId,
-    expected: Expected,
-    events: Vec<codec::EncodedEvent>,
-) -> AppendResult {
-    let client = inner.pool.get().await?;
-    let mut cached = true;
-    loop {
-        let epoch = match inner
-            .leases
-            .lock()
-            .ok()
-            .and_then(|leases| leases.get(session_id).copied())
-        {
-            Some(LeaseState::Held { epoch, .. }) => Some(epoch),
-            Some(LeaseState::Lost) => {
-                return Err(Error::Fenced {
-                    session_id: session_id.to_string(),
-                });
-            }
-            None => None,
+    let head = inner
+        .heads
+        .lock()
+        .ok()
+        .and_then(|heads| heads.get(session_id).copied())
+        .unwrap_or(Head::EMPTY);
+    if let Expected::Next(expected) = request.expected
+        && expected != head.next_seq
+    {
+        let conflict = Conflict {
+            session_id: session_id.clone(),
+            expected,
+            actual: head.next_seq,
         };
-        let me = inner
-            .replica_id
-            .lock()
-            .map(|id| id.clone())
-            .unwrap_or_default();
-        let head = head_of(inner, &client, session_id, cached).await?;
-        if let Expected::Next(expected) = expected
-            && expected != head.next_seq
-        {
-            if cached {
-                // The cache may be behind another process's appends: ask the database.
-                cached = false;
-                continue;
-            }
-            return Ok(Err(Conflict {
-                session_id: session_id.clone(),
-                expected,
-                actual: head.next_seq,
-            }));
-        }
-        let ts_us = now_us();
-        let (sealed, at) = chain::seal(session_id, head, ts_us, &events)?;
-        let mut records = Vec::with_capacity(events.len());
-        let mut recorded = Vec::with_capacity(events.len());
-        let mut digests: Vec<Vec<u8>> = Vec::new();
-        let mut blobs: Vec<Vec<u8>> = Vec::new();
-        let mut index = IndexArgs::default();
-        for (sealed, event) in sealed.into_iter().zip(&events) {
-            let mut size_bytes = sealed.bytes.len();
-            if let Some((digest, apart)) = &event.apart {
-                size_bytes += apart.len();
-                digests.push(digest.to_vec());
-                blobs.push(apart.clone());
-            }
-            index.add(sealed.seq, &event.event);
-            recorded.push(sealed.recorded(
-                JournalPos(0),
-                session_id,
-                ts_us,
-                size_bytes,
-                event.event.clone(),
-            ));
-            records.push(sealed.bytes);
-        }
-        let row = call_append(
-            &client,
-            AppendCall {
-                session_id,
-                owner: &me,
-                epoch,
-                expected: head.next_seq,
-                head_hash: &at.last_hash,
-                records: &records,
-                digests: &digests,
-                blobs: &blobs,
-                ts_us,
-                index: &index,
-            },
-        )
-        .await?;
-        let status: String = row.get(0);
-        let actual = Seq(row.get::<_, i64>(1) as u64);
-        match status.as_str() {
-            "owned" => {
-                return Err(Error::Owned {
-                    session_id: session_id.to_string(),
-                    owner: row.get::<_, Option<String>>(4).unwrap_or_default(),
-                });
-            }
-            "fenced" => {
-                if let Ok(mut leases) = inner.leases.lock() {
-                    leases.insert(session_id.clone(), LeaseState::Lost);
-                }
-                return Err(Error::Fenced {
-                    session_id: session_id.to_string(),
-                });
-            }
-            _ => {
-                let epoch: i64 = row.get(3);
-                if let Ok(mut leases) = inner.leases.lock() {
-                    match leases.get_mut(session_id) {
-                        Some(LeaseState::Held { epoch: held, .. }) => *held = epoch,
-                        // Taken by the append itself (a caller that never asked for it).
-                        _ => {
-                            leases
-                                .insert(session_id.clone(), LeaseState::Held { epoch, holders: 0 });
-                        }
-                    }
-                }
-            }
-        }
-        if status == "conflict" {
-            let hash: Vec<u8> = row.get(2);
-            let last_hash: Hash = hash
-                .try_into()
-                .map_err(|_| Error::Store("malformed stream head".into()))?;
-            remember(
-                inner,
-                session_id,
-                Head {
-                    next_seq: actual,
-                    last_hash,
-                },
-            );
-            match expected {
-                Expected::Next(expected) if expected != actual => {
-                    return Ok(Err(Conflict {
-                        session_id: session_id.clone(),
-                        expected,
-                        actual,
-                    }));
-                }
-                // The cache was behind: try again on the real head.
-                _ => {
-                    cached = true;
-                    continue;
-                }
-            }
-        }
-        remember(inner, session_id, at);
-        if recorded.is_empty() {
-            return Ok(Ok(Vec::new()));
-        }
-        // Durable now; visible once positioned.
-        let last_seq = recorded.last().map(|record| record.seq.0).unwrap_or(0) as i64;
-        let last_pos = position(&client, session_id, last_seq).await?;
-        let first_pos = last_pos + 1 - recorded.len() as u64;
-        inner.next_pos.fetch_max(last_pos + 1, Ordering::SeqCst);
-        return Ok(Ok(recorded
-            .into_iter()
-            .enumerate()
-            .map(|(offset, mut record)| {
-                record.pos = JournalPos(first_pos + offset as u64);
-                Arc::new(record)
-            })
-            .collect()));
+        let _ = request.reply.send(Ok(Err(conflict)));
+        return None;
     }
+    let ts_us = now_us();
+    let (mut sealed, at) = match chain::seal(session_id, head, ts_us, &request.events) {
+        Ok(sealed) => sealed,
+        Err(error) => {
+            let _ = request.reply.send(Err(error));
+            return None;
+        }
+    };
+    let mut records = Vec::with_capacity(sealed.len());
+    let mut blobs = Vec::new();
+    let mut sizes = Vec::with_capacity(sealed.len());
+    for (one, event) in sealed.iter_mut().zip(&request.events) {
+        let mut size = one.bytes.len();
+        if let Some((digest, apart)) = &event.apart {
+            size += apart.len();
+            blobs.push((digest.to_vec(), apart.clone()));
+        }
+        sizes.push(size);
+        records.push(std::mem::take(&mut one.bytes));
+    }
+    batch.push(
+        Part {
+            session_id,
+            epoch,
+            expected: head.next_seq,
+            head_hash: &at.last_hash,
+            records,
+            blobs,
+            ts_us,
+        },
+        sealed
+            .iter()
+            .zip(&request.events)
+            .map(|(one, event)| (one.seq, &event.event)),
+    );
+    Some(Sealed {
+        request,
+        sealed,
+        at,
+        ts_us,
+        sizes,
+    })
 }
 
-/// Waits until the record `(session, seq)` has a global position, positioning what has
-/// finished meanwhile; an older transaction still running holds it back.
-pub(super) async fn position(
-    client: &deadpool_postgres::Client,
-    session_id: &SessionId,
-    seq: i64,
-) -> Result<u64, Error> {
-    let statement = client
-        .prepare_cached("SELECT turnstile.position_records($1, $2, $3)")
-        .await?;
-    // Short waits: what holds a record back is another append's transaction, which
-    // lasts a statement (a long one is an operator's, and waits a little longer).
-    let mut tries = 0u32;
-    loop {
-        let row = client
-            .query_one(
-                &statement,
-                &[
-                    &session_id.as_str(),
-                    &seq,
-                    &limits::POSTGRES_POSITION_BATCH_RECORDS,
-                ],
-            )
-            .await?;
-        if let Some(pos) = row.get::<_, Option<i64>>(0) {
-            return Ok(pos as u64);
+/// Answers one request by its verdict; returns it when it is to be sent again.
+fn answer(inner: &Inner, one: Sealed, verdict: Verdict) -> Option<Request> {
+    let session_id = one.request.session_id.clone();
+    match verdict.status.as_str() {
+        "owned" => {
+            let error = Error::Owned {
+                session_id: session_id.to_string(),
+                owner: verdict.owner.unwrap_or_default(),
+            };
+            let _ = one.request.reply.send(Err(error));
+            return None;
         }
-        tries += 1;
-        if tries > 3 {
-            tokio::time::sleep(Duration::from_millis(if tries > 100 { 10 } else { 1 })).await;
-        } else {
-            tokio::task::yield_now().await;
+        "fenced" => {
+            if let Ok(mut leases) = inner.leases.lock() {
+                leases.insert(session_id.clone(), LeaseState::Lost);
+            }
+            let error = Error::Fenced {
+                session_id: session_id.to_string(),
+            };
+            let _ = one.request.reply.send(Err(error));
+            return None;
+        }
+        _ => hold(inner, &session_id, verdict.epoch),
+    }
+    if verdict.status == "conflict" {
+        let last_hash: Hash = verdict.head_hash.unwrap_or([0; 32]);
+        let actual = verdict.next_seq;
+        remember(
+            inner,
+            &session_id,
+            Head {
+                next_seq: actual,
+                last_hash,
+            },
+        );
+        return match one.request.expected {
+            Expected::Next(expected) if expected != actual => {
+                let conflict = Conflict {
+                    session_id,
+                    expected,
+                    actual,
+                };
+                let _ = one.request.reply.send(Ok(Err(conflict)));
+                None
+            }
+            // Sealed on a stale cached head: again, on the real one.
+            _ => Some(one.request),
+        };
+    }
+    remember(inner, &session_id, one.at);
+    let first_pos = verdict.first_pos.unwrap_or(0);
+    let count = one.sealed.len() as u64;
+    if count > 0 {
+        inner
+            .next_pos
+            .fetch_max(first_pos + count, Ordering::SeqCst);
+        let _ = inner.touched.send(session_id.clone());
+    }
+    let records: Vec<Arc<Recorded>> = one
+        .sealed
+        .iter()
+        .zip(one.request.events)
+        .zip(one.sizes)
+        .enumerate()
+        .map(|(offset, ((sealed, event), size))| {
+            Arc::new(sealed.recorded(
+                JournalPos(first_pos + offset as u64),
+                &session_id,
+                one.ts_us,
+                size,
+                event.event,
+            ))
+        })
+        .collect();
+    let _ = one.request.reply.send(Ok(Ok(records)));
+    None
+}
+
+/// Records the lease's fencing token after an append the database let through (or that
+/// took the lease itself: a caller that never asked for it).
+fn hold(inner: &Inner, session_id: &SessionId, epoch: i64) {
+    if let Ok(mut leases) = inner.leases.lock() {
+        match leases.get_mut(session_id) {
+            Some(LeaseState::Held { epoch: held, .. }) => *held = epoch,
+            _ => {
+                leases.insert(session_id.clone(), LeaseState::Held { epoch, holders: 0 });
+            }
         }
     }
 }

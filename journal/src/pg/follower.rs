@@ -1,5 +1,5 @@
 //! The follower: positions that other processes gave, so `next_pos` and the live feed
-//! include their records, and the tail that a killed process left unpositioned.
+//! include their records.
 
 use crate::ids::JournalPos;
 use crate::pg::Inner;
@@ -9,13 +9,12 @@ use crate::{Error, limits};
 use deadpool_postgres::Pool;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Follows the positions other processes give, so `next_pos` and the live feed include
 /// their records.
 pub(super) async fn follower(inner: std::sync::Weak<Inner>) {
     let mut cursor: Option<u64> = None;
-    let mut last_tail = Instant::now();
     loop {
         let (appended, pool) = match inner.upgrade() {
             Some(inner) if !inner.closed.load(Ordering::SeqCst) => {
@@ -31,37 +30,12 @@ pub(super) async fn follower(inner: std::sync::Weak<Inner>) {
         let Some(strong) = inner.upgrade() else {
             return;
         };
-        if last_tail.elapsed() >= Duration::from_millis(limits::POSITION_TAIL_MS) {
-            last_tail = Instant::now();
-            if let Err(error) = position_tail(&pool).await {
-                tracing::debug!(%error, "positioning the journal's tail failed; retrying");
-            }
-        }
         let followed = follow_once(&strong, &pool, &mut cursor).await;
         if let Err(error) = followed {
             tracing::warn!(%error, "following the PostgreSQL journal failed; retrying");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
-}
-
-/// Positions the records of finished transactions that no appender positioned: an
-/// appender positions its own records (and every finished one before them) right after
-/// its commit, but a process killed between the two leaves its last commit unpositioned,
-/// so unreadable, until the next append anywhere; on a journal that goes idle then,
-/// nobody would. Cheap when nothing waits (a partial index of unpositioned records).
-pub(super) async fn position_tail(pool: &Pool) -> Result<(), Error> {
-    let client = pool.get().await?;
-    let statement = client
-        .prepare_cached("SELECT turnstile.position_records($1, $2, $3)")
-        .await?;
-    client
-        .query_one(
-            &statement,
-            &[&"", &-1i64, &limits::POSTGRES_POSITION_BATCH_RECORDS],
-        )
-        .await?;
-    Ok(())
 }
 
 pub(super) async fn follow_once(

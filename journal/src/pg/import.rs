@@ -7,7 +7,7 @@ use crate::event::Event;
 use crate::ids::{JournalPos, Seq, SessionId};
 use crate::limits;
 use crate::pg::PgJournal;
-use crate::pg::append::{AppendCall, IndexArgs, call_append, position};
+use crate::pg::batch::{Batch, Part, call_batch};
 use crate::portable::{Checked, ImportSink};
 use std::sync::atomic::Ordering;
 
@@ -32,64 +32,62 @@ impl PgJournal {
             return Ok(Vec::new());
         };
         let first_seq = first.seq;
-        let mut index = IndexArgs::default();
-        let mut bytes = Vec::with_capacity(records.len());
-        let mut digests = Vec::new();
+        let session = session_id.clone();
+        let mut records_bytes = Vec::with_capacity(records.len());
         let mut blobs = Vec::new();
         let mut created_us = 0;
         let mut last_hash = [0; 32];
+        let mut changes = Vec::with_capacity(records.len());
         for record in records {
-            index.add(record.seq, &record.event);
             if matches!(record.event, Event::SessionCreated { .. })
                 && let Ok(body) = codec::decode(&record.bytes)
             {
                 created_us = body.ts_us;
             }
             if let Some((digest, apart)) = record.apart {
-                digests.push(digest.to_vec());
-                blobs.push(apart);
+                blobs.push((digest.to_vec(), apart));
             }
             last_hash = record.hash;
-            bytes.push(record.bytes);
+            records_bytes.push(record.bytes);
+            changes.push((record.seq, record.event));
         }
-        let count = bytes.len() as u64;
-        let session = session_id.clone();
+        let count = records_bytes.len() as u64;
+        let mut batch = Batch::default();
+        batch.push(
+            Part {
+                session_id: &session,
+                // An import takes the lease as it appends (an empty database).
+                epoch: None,
+                expected: first_seq,
+                head_hash: &last_hash,
+                records: records_bytes,
+                blobs,
+                ts_us: created_us,
+            },
+            changes.iter().map(|(seq, event)| (*seq, event)),
+        );
         let me = self.replica_id();
-        let last_pos = self.with_client(move |client| async move {
-            let row = call_append(
-                &client,
-                AppendCall {
-                    session_id: &session,
-                    owner: &me,
-                    // An import takes the lease as it appends (an empty database).
-                    epoch: None,
-                    expected: first_seq,
-                    head_hash: &last_hash,
-                    records: &bytes,
-                    digests: &digests,
-                    blobs: &blobs,
-                    ts_us: created_us,
-                    index: &index,
-                },
-            )
-            .await?;
-            let status: String = row.get(0);
-            if status != "ok" {
-                return Err(Error::Store(format!(
+        let first_pos = self.with_client(move |client| async move {
+            let verdict = call_batch(&client, &me, &batch)
+                .await?
+                .pop()
+                .ok_or_else(|| Error::Store("PostgreSQL gave no verdict".into()))?;
+            match verdict.first_pos {
+                Some(pos) if verdict.status == "ok" => Ok(pos),
+                _ => Err(Error::Store(format!(
                     "importing session {session} from sequence {first_seq}: the database's stream is at {}",
-                    row.get::<_, i64>(1)
-                )));
+                    verdict.next_seq
+                ))),
             }
-            position(&client, &session, (first_seq.0 + count - 1) as i64).await
         })?;
         self.inner
             .next_pos
-            .fetch_max(last_pos + 1, Ordering::SeqCst);
+            .fetch_max(first_pos + count, Ordering::SeqCst);
         if let Ok(mut heads) = self.inner.heads.lock() {
             heads.remove(session_id);
         }
         Ok((0..count)
-            .map(|offset| JournalPos(last_pos + 1 - count + offset))
+            .map(|offset| JournalPos(first_pos + offset))
             .collect())
     }
 }

@@ -6,15 +6,15 @@
 //! `errors` how the driver's failures map to the journal's.
 //!
 //! Records are turnstile's own record bytes (format 3), one row each, keyed by session
-//! and sequence; an append is one call of the `turnstile.append` function (one
-//! statement, one transaction), which checks the stream's head under its row lock and
-//! writes the records and every index they change. Global positions are given after the
-//! writing transaction has finished, by `turnstile.position_records`, in transaction
-//! order and only below the oldest running transaction (its snapshot's xmin): they are
-//! contiguous from 0, and a reader of positions never passes a record that a late
-//! commit would put before it. An append answers once its records are durable and
-//! positioned; reads show positioned records only, so a record is seen in the same place
-//! by every reader of every process (`docs/decisions/0001-postgres-replicas.md`).
+//! and sequence. Appends go by group commit (`append`, `batch`): the appends waiting at
+//! one moment, of many sessions, are one call of the `turnstile.append_batch` function
+//! (one round trip, one transaction, one WAL flush), which checks each stream's head
+//! and lease under its row lock and refuses an append alone. Global positions are given
+//! in that transaction, from a counter row locked first and held to the commit: they
+//! are contiguous from 0 and become visible in order, so a reader of positions never
+//! passes a record that a later commit would put before it. An append answers once
+//! its records are durable; every process reads a record at the same position
+//! (`docs/decisions/0004-postgres-group-commit.md`).
 //!
 //! What replicas share lives here too: replica rows with a heartbeat on the database's
 //! clock, session leases with fencing tokens (checked by the append), the sessions
@@ -53,6 +53,7 @@ use tokio_postgres::NoTls;
 
 mod append;
 mod audit;
+mod batch;
 mod errors;
 mod follower;
 mod import;
@@ -113,7 +114,8 @@ struct Inner {
     handle: tokio::runtime::Handle,
     pool: Pool,
     url: String,
-    appenders: Mutex<Option<Vec<mpsc::Sender<Request>>>>,
+    /// The appender's queue (`None` once closed).
+    appender: Mutex<Option<mpsc::Sender<Request>>>,
     heads: Mutex<HashMap<SessionId, Head>>,
     /// This process's id among the replicas (a new one after a lapsed heartbeat).
     replica_id: Mutex<String>,
@@ -203,7 +205,7 @@ impl PgJournal {
             handle: handle.clone(),
             pool,
             url,
-            appenders: Mutex::new(None),
+            appender: Mutex::new(None),
             heads: Mutex::new(HashMap::new()),
             next_pos: Arc::new(AtomicU64::new(next_pos)),
             live,
@@ -222,14 +224,9 @@ impl PgJournal {
             touched: touched_sender,
             config: listen_config,
         });
-        let mut senders = Vec::with_capacity(limits::POSTGRES_APPENDERS);
-        for _ in 0..limits::POSTGRES_APPENDERS {
-            let (sender, receiver) =
-                mpsc::channel(limits::APPEND_QUEUE_REQUESTS_MAX / limits::POSTGRES_APPENDERS);
-            senders.push(sender);
-            handle.spawn(appender(Arc::downgrade(&inner), receiver));
-        }
-        *inner.appenders.lock().map_err(|_| Error::Stopped)? = Some(senders);
+        let (sender, receiver) = mpsc::channel(limits::APPEND_QUEUE_REQUESTS_MAX);
+        handle.spawn(appender(Arc::downgrade(&inner), receiver));
+        *inner.appender.lock().map_err(|_| Error::Stopped)? = Some(sender);
         handle.spawn(follower(Arc::downgrade(&inner)));
         handle.spawn(heartbeat(Arc::downgrade(&inner)));
         handle.spawn(listener(Arc::downgrade(&inner)));
@@ -280,9 +277,8 @@ impl PgJournal {
         let events = chain::encode(events, self.inner.max_event_bytes)?;
         let (reply, answer) = oneshot::channel();
         let sender = {
-            let appenders = self.inner.appenders.lock().map_err(|_| Error::Stopped)?;
-            let appenders = appenders.as_ref().ok_or(Error::Stopped)?;
-            appenders[shard(session_id)].clone()
+            let appender = self.inner.appender.lock().map_err(|_| Error::Stopped)?;
+            appender.as_ref().ok_or(Error::Stopped)?.clone()
         };
         Ok((
             Request {
@@ -437,9 +433,9 @@ impl Inner {
         if self.closed.swap(true, Ordering::SeqCst) {
             return;
         }
-        // Dropping the senders lets each appender answer what it holds and end.
-        if let Ok(mut appenders) = self.appenders.lock() {
-            appenders.take();
+        // Dropping the sender lets the appender answer what it holds and end.
+        if let Ok(mut appender) = self.appender.lock() {
+            appender.take();
         }
         self.appended.notify_one();
     }
@@ -529,16 +525,6 @@ fn block_on<T: Send + 'static>(
         wait.recv()
     };
     answer.map_err(|_| Error::Stopped)?
-}
-
-fn shard(session_id: &SessionId) -> usize {
-    // FNV-1a: stable, and spreads ids that share a prefix.
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in session_id.as_str().bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    (hash % limits::POSTGRES_APPENDERS as u64) as usize
 }
 
 fn stored_id<T: FromStr>(text: String) -> Result<T, Error> {

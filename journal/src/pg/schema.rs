@@ -15,6 +15,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "decisions handed to a session's owner",
         include_str!("../../migrations/0002_decide.sql"),
     ),
+    (
+        3,
+        "group commit: appends of many sessions in one transaction, positioned in it",
+        include_str!("../../migrations/0003_group_commit.sql"),
+    ),
 ];
 
 /// Creates or migrates the schema, one version per transaction, under an advisory lock
