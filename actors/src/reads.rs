@@ -114,35 +114,6 @@ pub(crate) fn load_session(
     fold_and_store(journal, session_id)
 }
 
-/// [`load_session`] for an actor that takes the session: every committed record of
-/// its stream folded in. On PostgreSQL a record committed a moment ago may not be
-/// readable yet (it waits for its global position): the read is made again until it
-/// reaches the stream's committed head, for at most
-/// [`limits::SESSION_CATCH_UP_MS`](turnstile_journal::limits::SESSION_CATCH_UP_MS).
-/// Without this, a replica taking a session over right after another's commit saw a
-/// run open that had ended, and started it again (found by the fault search).
-pub(crate) fn load_whole_session(
-    journal: &Journal,
-    session_id: &SessionId,
-) -> Result<SessionState, RuntimeError> {
-    let deadline = std::time::Instant::now()
-        + std::time::Duration::from_millis(turnstile_journal::limits::SESSION_CATCH_UP_MS);
-    loop {
-        let state = load_session(journal, session_id)?;
-        if !journal.is_shared() || state.next_seq >= journal.session_committed_seq(session_id)?.0 {
-            return Ok(state);
-        }
-        if std::time::Instant::now() >= deadline {
-            return Err(RuntimeError::Journal(
-                turnstile_journal::Error::Unavailable(format!(
-                    "the records of session {session_id} are not all readable yet"
-                )),
-            ));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-}
-
 /// Folds a session from its first record, and stores what it found so the next read
 /// starts from there (the repair after a stop that lost a stored form's write).
 fn fold_and_store(journal: &Journal, session_id: &SessionId) -> Result<SessionState, RuntimeError> {

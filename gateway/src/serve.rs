@@ -48,10 +48,17 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let agents = config.agent_specs()?;
     let versions = check_clis(&config).await?;
     let data_dir: PathBuf = config.server.data_dir.clone();
-    let arbiters = std::thread::available_parallelism()
+    let cores = std::thread::available_parallelism()
         .map(usize::from)
         .unwrap_or(2)
         .max(2);
+    // A session actor's journal reads wait on its arbiter's thread: on PostgreSQL each is
+    // a network round trip, which takes no core, so more threads keep the cores busy.
+    let arbiters = if config.journal.backend == crate::config::Backend::Postgres {
+        cores.max(turnstile_journal::limits::POSTGRES_ARBITERS_MIN)
+    } else {
+        cores
+    };
     // Listening first: a start that cannot listen (the port in use) opens nothing and
     // leaves no data directory behind.
     let addr = resolve(&config.server.addr).await?;

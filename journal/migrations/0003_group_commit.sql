@@ -66,7 +66,11 @@ CREATE FUNCTION turnstile.append_batch(
     p_key_runs       text[])
 RETURNS TABLE (status text, next_seq bigint, head_hash bytea, lease_epoch bigint,
                owner text, first_pos bigint)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Its statements' plans are made once per connection (the arrays' sizes change every
+-- call, and a plan made for each would cost more than the append).
+SET plan_cache_mode = force_generic_plan
+AS $$
 DECLARE
   v_next   bigint;
   v_alive  boolean;
@@ -86,17 +90,18 @@ BEGIN
   SELECT s.s, 0, decode(repeat('00', 32), 'hex')
     FROM unnest(p_sessions) AS s(s) ORDER BY s.s
   ON CONFLICT (session_id) DO NOTHING;
-  PERFORM 1 FROM turnstile.streams x WHERE x.session_id = ANY (p_sessions)
-    ORDER BY x.session_id FOR UPDATE;
 
-  WITH a AS (
+  WITH s AS (
+    SELECT x.* FROM turnstile.streams x WHERE x.session_id = ANY (p_sessions)
+     ORDER BY x.session_id FOR UPDATE),
+  a AS (
     SELECT a.i, a.asked, a.expected, a.n, s.owner AS held_by, s.lease_epoch AS held,
            s.next_seq AS actual, s.head_hash AS hash,
            CASE WHEN a.asked IS NULL AND s.owner IS NOT NULL AND s.owner <> p_owner
                 THEN turnstile.alive(s.owner) ELSE false END AS other_alive
       FROM unnest(p_sessions, p_epochs, p_expected, p_counts)
              WITH ORDINALITY AS a(session, asked, expected, n, i)
-      JOIN turnstile.streams s ON s.session_id = a.session),
+      JOIN s ON s.session_id = a.session),
   v AS (
     SELECT a.*,
       CASE
@@ -118,8 +123,9 @@ BEGIN
       FROM v)
   SELECT array_agg(w.verdict ORDER BY w.i), array_agg(w.epoch ORDER BY w.i),
          array_agg(w.first ORDER BY w.i), array_agg(w.actual ORDER BY w.i),
-         array_agg(w.hash ORDER BY w.i), array_agg(w.held_by ORDER BY w.i)
-    INTO v_status, v_epoch, v_first, v_actual, v_hash, v_owner
+         array_agg(w.hash ORDER BY w.i), array_agg(w.held_by ORDER BY w.i),
+         coalesce(sum(w.n) FILTER (WHERE w.verdict = 'ok'), 0)
+    INTO v_status, v_epoch, v_first, v_actual, v_hash, v_owner, v_total
     FROM w;
 
   -- Leases taken and heads moved, one update of each stream.
@@ -139,48 +145,58 @@ BEGIN
   SELECT b.session, b.expected + r.off, b.first + r.off, r.rec
     FROM unnest(p_record_of, p_record_offsets, p_records) AS r(of, off, rec)
     JOIN turnstile.accepted(p_sessions, p_expected, v_first, v_status) b ON b.i = r.of;
-  INSERT INTO turnstile.blobs (digest, bytes)
-  SELECT r.d, r.b FROM unnest(p_blob_of, p_blob_digests, p_blobs) AS r(of, d, b)
-    JOIN turnstile.accepted(p_sessions, p_expected, v_first, v_status) b ON b.i = r.of
-  ON CONFLICT (digest) DO NOTHING;
-  INSERT INTO turnstile.sessions (session_id, agent_id, user_id, created_at_us)
-  SELECT b.session, r.a, r.u, r.us
-    FROM unnest(p_created_of, p_created_agents, p_created_users, p_created_us) AS r(of, a, u, us)
-    JOIN turnstile.accepted(p_sessions, p_expected, v_first, v_status) b ON b.i = r.of
-  ON CONFLICT (session_id) DO UPDATE
-    SET agent_id = EXCLUDED.agent_id, user_id = EXCLUDED.user_id,
-        created_at_us = EXCLUDED.created_at_us;
-  INSERT INTO turnstile.runs (run_id, session_id, agent_id, queued_seq, queued_pos, status)
-  SELECT r.r, b.session, r.a, r.s, b.first + (r.s - b.expected), 'P'
-    FROM unnest(p_queued_of, p_queued_runs, p_queued_agents, p_queued_seqs) AS r(of, r, a, s)
-    JOIN turnstile.accepted(p_sessions, p_expected, v_first, v_status) b ON b.i = r.of
-  ON CONFLICT (run_id) DO NOTHING;
+  IF cardinality(p_blob_of) > 0 THEN
+    INSERT INTO turnstile.blobs (digest, bytes)
+    SELECT r.d, r.b FROM unnest(p_blob_of, p_blob_digests, p_blobs) AS r(of, d, b)
+      JOIN turnstile.accepted(p_sessions, p_expected, v_first, v_status) b ON b.i = r.of
+    ON CONFLICT (digest) DO NOTHING;
+  END IF;
+  IF cardinality(p_created_of) > 0 THEN
+    INSERT INTO turnstile.sessions (session_id, agent_id, user_id, created_at_us)
+    SELECT b.session, r.a, r.u, r.us
+      FROM unnest(p_created_of, p_created_agents, p_created_users, p_created_us) AS r(of, a, u, us)
+      JOIN turnstile.accepted(p_sessions, p_expected, v_first, v_status) b ON b.i = r.of
+    ON CONFLICT (session_id) DO UPDATE
+      SET agent_id = EXCLUDED.agent_id, user_id = EXCLUDED.user_id,
+          created_at_us = EXCLUDED.created_at_us;
+  END IF;
+  IF cardinality(p_queued_of) > 0 THEN
+    INSERT INTO turnstile.runs (run_id, session_id, agent_id, queued_seq, queued_pos, status)
+    SELECT r.r, b.session, r.a, r.s, b.first + (r.s - b.expected), 'P'
+      FROM unnest(p_queued_of, p_queued_runs, p_queued_agents, p_queued_seqs) AS r(of, r, a, s)
+      JOIN turnstile.accepted(p_sessions, p_expected, v_first, v_status) b ON b.i = r.of
+    ON CONFLICT (run_id) DO NOTHING;
+  END IF;
   -- In the order the records give them: a run's last change in its append wins.
-  UPDATE turnstile.runs r
-     SET status = c.st::"char", open = r.open AND NOT c.term
-    FROM (SELECT DISTINCT ON (x.r) x.r, x.st, x.term
-            FROM unnest(p_status_of, p_status_runs, p_statuses, p_terminal)
-                   WITH ORDINALITY AS x(of, r, st, term, k)
-            JOIN turnstile.accepted(p_sessions, p_expected, v_first, v_status) b ON b.i = x.of
-           ORDER BY x.r, x.k DESC) AS c
-   WHERE r.run_id = c.r;
-  INSERT INTO turnstile.idempotency_keys (key, run_id)
-  SELECT DISTINCT ON (k.k) k.k, k.r
-    FROM unnest(p_key_of, p_keys, p_key_runs) WITH ORDINALITY AS k(of, k, r, n)
-    JOIN turnstile.accepted(p_sessions, p_expected, v_first, v_status) b ON b.i = k.of
-   ORDER BY k.k, k.n DESC
-  ON CONFLICT (key) DO UPDATE SET run_id = EXCLUDED.run_id;
-  DELETE FROM turnstile.sessions x
-   USING unnest(p_deleted) WITH ORDINALITY AS d(deleted, i),
-         turnstile.accepted(p_sessions, p_expected, v_first, v_status) b
-   WHERE d.deleted AND b.i = d.i AND x.session_id = b.session;
-  UPDATE turnstile.runs x SET listed = false
-    FROM unnest(p_deleted) WITH ORDINALITY AS d(deleted, i),
-         turnstile.accepted(p_sessions, p_expected, v_first, v_status) b
-   WHERE d.deleted AND b.i = d.i AND x.session_id = b.session AND x.listed;
+  IF cardinality(p_status_of) > 0 THEN
+    UPDATE turnstile.runs r
+       SET status = c.st::"char", open = r.open AND NOT c.term
+      FROM (SELECT DISTINCT ON (x.r) x.r, x.st, x.term
+              FROM unnest(p_status_of, p_status_runs, p_statuses, p_terminal)
+                     WITH ORDINALITY AS x(of, r, st, term, k)
+              JOIN turnstile.accepted(p_sessions, p_expected, v_first, v_status) b ON b.i = x.of
+             ORDER BY x.r, x.k DESC) AS c
+     WHERE r.run_id = c.r;
+  END IF;
+  IF cardinality(p_key_of) > 0 THEN
+    INSERT INTO turnstile.idempotency_keys (key, run_id)
+    SELECT DISTINCT ON (k.k) k.k, k.r
+      FROM unnest(p_key_of, p_keys, p_key_runs) WITH ORDINALITY AS k(of, k, r, n)
+      JOIN turnstile.accepted(p_sessions, p_expected, v_first, v_status) b ON b.i = k.of
+     ORDER BY k.k, k.n DESC
+    ON CONFLICT (key) DO UPDATE SET run_id = EXCLUDED.run_id;
+  END IF;
+  IF true = ANY (p_deleted) THEN
+    DELETE FROM turnstile.sessions x
+     USING unnest(p_deleted) WITH ORDINALITY AS d(deleted, i),
+           turnstile.accepted(p_sessions, p_expected, v_first, v_status) b
+     WHERE d.deleted AND b.i = d.i AND x.session_id = b.session;
+    UPDATE turnstile.runs x SET listed = false
+      FROM unnest(p_deleted) WITH ORDINALITY AS d(deleted, i),
+           turnstile.accepted(p_sessions, p_expected, v_first, v_status) b
+     WHERE d.deleted AND b.i = d.i AND x.session_id = b.session AND x.listed;
+  END IF;
 
-  SELECT coalesce(sum(t.n), 0) INTO v_total
-    FROM unnest(p_counts, v_status) AS t(n, verdict) WHERE t.verdict = 'ok';
   IF v_total > 0 THEN
     UPDATE turnstile.positions SET next_pos = v_next + v_total;
   END IF;
@@ -195,4 +211,15 @@ BEGIN
     FROM unnest(v_status, p_expected, p_counts, v_actual, v_hash, v_epoch, v_owner, v_first)
            WITH ORDINALITY AS t(verdict, expected, n, actual, hash, epoch, held_by, first, i)
    ORDER BY t.i;
+END $$;
+
+-- Stored projections, several in one statement (a replica writes them behind, the
+-- newest value of each key): without waiting for the WAL flush, as `put_projection`.
+CREATE FUNCTION turnstile.put_projections(p_keys text[], p_values bytea[]) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM set_config('synchronous_commit', 'off', true);
+  INSERT INTO turnstile.projections (key, value)
+  SELECT k.k, k.v FROM unnest(p_keys, p_values) AS k(k, v) ORDER BY k.k
+  ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;
 END $$;

@@ -283,11 +283,11 @@ impl Journal {
         }
     }
 
-    /// The next sequence of a session's stream as committed, readable or not yet: on
-    /// PostgreSQL a committed record is read only once it has its global position,
-    /// which a moment later; on sled every committed record is readable
-    /// ([`Journal::session_next_seq`]). A reader that must hold every record of a
-    /// stream (an actor taking a session over) reads until it reaches this.
+    /// The next sequence of a session's stream as committed: on PostgreSQL the stream's
+    /// head row, on sled [`Journal::session_next_seq`]. Every committed record is
+    /// readable at once on both (PostgreSQL gives positions in the appending
+    /// transaction), so this equals [`Journal::session_next_seq`]; the fault search
+    /// checks that it does.
     pub fn session_committed_seq(&self, session_id: &SessionId) -> Result<Seq, Error> {
         match &self.backend {
             Backend::Sled(sled) => sled.session_next_seq(session_id),

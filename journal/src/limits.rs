@@ -103,10 +103,6 @@ pub const JOURNAL_DISK_RESERVE_BYTES: u64 = 4 * SLED_SEGMENT_BYTES as u64;
 /// How long a PostgreSQL journal waits for a connection (from its pool, or a new one)
 /// before it answers that the database is away, in milliseconds.
 pub const POSTGRES_WAIT_MS: u64 = 3_000;
-/// How long an actor taking a session waits for the session's committed records to be
-/// readable (on PostgreSQL a record is read once it has its global position), in
-/// milliseconds; past it the command is answered as unavailable.
-pub const SESSION_CATCH_UP_MS: u64 = 3_000;
 /// Records written per sled batch (one segment) while importing, at most; a segment
 /// also ends once it holds [`GROUP_COMMIT_BYTES_MAX`] bytes, as the
 /// committer's do.
@@ -120,6 +116,10 @@ pub const POSTGRES_PAGE_RECORDS: i64 = 1_000;
 /// goes, alone if need be).
 pub const POSTGRES_BATCH_APPENDS_MAX: usize = 512;
 
+/// Arbiter threads (hosts of session actors) a server on PostgreSQL has at least: an
+/// actor's journal read waits on its thread for a round trip to the database.
+pub const POSTGRES_ARBITERS_MIN: usize = 16;
+
 /// Event bytes one PostgreSQL batch holds at most (see [`POSTGRES_BATCH_APPENDS_MAX`]).
 pub const POSTGRES_BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
 
@@ -127,8 +127,16 @@ pub const POSTGRES_BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// while the database flushes the last (batches take the global order's lock in turn).
 pub const POSTGRES_BATCHES_IN_FLIGHT: usize = 2;
 
-/// How often the PostgreSQL follower looks for records other processes positioned, in
-/// milliseconds.
+/// Stored projections a PostgreSQL replica holds waiting for its writer, at most (past
+/// it, a projection is written at once).
+pub const POSTGRES_PROJECTIONS_WAITING_MAX: usize = 10_000;
+
+/// Records a PostgreSQL replica keeps of its own appends for its live feed, at most
+/// (past it, the follower reads them back as it reads the others').
+pub const POSTGRES_OWN_RECORDS_KEPT: usize = 100_000;
+
+/// How often the PostgreSQL follower looks for records other processes positioned when
+/// no notification woke it, in milliseconds.
 pub const POSTGRES_FOLLOW_POLL_MS: u64 = 20;
 
 /// How long a command for a session another replica owns waits for it (the owner's

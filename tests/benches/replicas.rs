@@ -1,15 +1,20 @@
-//! PostgreSQL beside sled, measured side by side in one run (issue 16), written up in
-//! `docs/PERFORMANCE.md`:
-//! - durable events per second through the journal API: 16 appenders, 16 events an
+//! PostgreSQL beside sled, measured side by side in one run (issues 16 and 33), written
+//! up in `docs/PERFORMANCE.md`:
+//! - durable events per second through the journal API: 256 appenders, 16 events an
 //!   append, on sled and on PostgreSQL (the test suite's throwaway cluster);
+//! - one appender on PostgreSQL: an append of one event against the database's own
+//!   single-row `INSERT` (autocommit: one round trip, one commit), rounds interleaved;
 //! - quick turns per second over HTTP (scripted harness, `stream=false`, a new session
-//!   a turn, 32 clients): one server on sled, one replica on PostgreSQL, two replicas
+//!   a turn, 64 clients): one server on sled, one replica on PostgreSQL, two replicas
 //!   on PostgreSQL with the clients split between them;
 //! - stream latency: from a run's end being journaled on replica A to its terminal frame
-//!   reaching a client re-attached on A itself, and on replica B.
+//!   reaching a client re-attached on A itself, and on replica B;
+//! - a turn on a session whose last turn was served by the other replica, against one
+//!   whose last turn was served by the same replica.
 //!
-//! `cargo bench -p turnstile-tests --bench replicas`. Knob: `BENCH_SECONDS` (5).
-//! Not a test: nothing is asserted beyond the runs completing.
+//! `cargo bench -p turnstile-tests --bench replicas`. Knobs: `BENCH_SECONDS` (5),
+//! `BENCH_APPENDERS` (256), `BENCH_CLIENTS` (64). Failover has a bench of its own
+//! (`failover.rs`). Not a test: nothing is asserted beyond the runs completing.
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -25,9 +30,9 @@ use turnstile_journal::{
 use turnstile_tests::{Server, http_client, knob, median, parse_sse};
 
 static APPENDERS: std::sync::LazyLock<usize> =
-    std::sync::LazyLock::new(|| knob("BENCH_APPENDERS", 16));
+    std::sync::LazyLock::new(|| knob("BENCH_APPENDERS", 256));
+static CLIENTS: std::sync::LazyLock<usize> = std::sync::LazyLock::new(|| knob("BENCH_CLIENTS", 64));
 const EVENTS_PER_APPEND: usize = 16;
-const CLIENTS: usize = 32;
 
 fn line(n: usize) -> Event {
     Event::TranscriptLineAppended {
@@ -67,6 +72,96 @@ async fn events_per_second(journal: Journal, seconds: u64) -> f64 {
     done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
 }
 
+/// Latencies of one appender's appends of one event, for `seconds`.
+async fn one_appender(journal: &Journal, seconds: f64, round: usize) -> Vec<Duration> {
+    let session = SessionId::parse(&format!("one-{round}")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut latencies = Vec::new();
+    let mut n = 0;
+    while Instant::now() < deadline {
+        let started = Instant::now();
+        journal
+            .append(&session, Expected::Any, vec![line(n)])
+            .await
+            .unwrap()
+            .unwrap();
+        latencies.push(started.elapsed());
+        n += 1;
+    }
+    latencies
+}
+
+/// Latencies of the database's own single-row `INSERT` of a record's size, autocommit
+/// (one round trip, one commit, one WAL flush), for `seconds`.
+async fn single_row_inserts(client: &tokio_postgres::Client, seconds: f64) -> Vec<Duration> {
+    let insert = client
+        .prepare("INSERT INTO bench_insert (body) VALUES ($1)")
+        .await
+        .unwrap();
+    let body = vec![7u8; 400];
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut latencies = Vec::new();
+    while Instant::now() < deadline {
+        let started = Instant::now();
+        client.execute(&insert, &[&body]).await.unwrap();
+        latencies.push(started.elapsed());
+    }
+    latencies
+}
+
+/// One appender's p50 append beside the p50 single-row `INSERT`, in interleaved rounds.
+async fn one_appender_beside_insert(url: &str, seconds: u64) -> (Duration, Duration) {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS bench_insert (id bigserial PRIMARY KEY, body bytea NOT NULL)",
+        )
+        .await
+        .unwrap();
+    let journal =
+        Journal::open_postgres(&PostgresOptions::new(url), JournalOptions::default()).unwrap();
+    let (mut appends, mut inserts) = (Vec::new(), Vec::new());
+    let round = seconds as f64 / 4.0;
+    for n in 0..4 {
+        inserts.extend(single_row_inserts(&client, round).await);
+        appends.extend(one_appender(&journal, round, n).await);
+    }
+    journal.close().unwrap();
+    (median(appends), median(inserts))
+}
+
+/// The p50 of `turns` turns on one session, each on the next of `servers` in turn.
+async fn turn_latency(servers: &[&Server], session: &str, turns: usize) -> Duration {
+    let client = http_client();
+    let mut latencies = Vec::new();
+    for n in 0..turns {
+        let base = &servers[n % servers.len()].base;
+        let started = Instant::now();
+        let run: Value = client
+            .post(format!("{base}/agents/scripted/runs"))
+            .form(&[
+                ("message", "hi"),
+                ("session_id", session),
+                ("stream", "false"),
+            ])
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(run["status"], "COMPLETED", "{run}");
+        // The first turn creates the session on either.
+        if n > 0 {
+            latencies.push(started.elapsed());
+        }
+    }
+    median(latencies)
+}
+
 fn config(dir: &std::path::Path, journal: &str) -> std::path::PathBuf {
     let path = dir.join("bench.toml");
     std::fs::write(
@@ -83,7 +178,7 @@ async fn turns_per_second(servers: &[&Server], seconds: u64) -> f64 {
     let done = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let client = http_client();
-    let tasks: Vec<_> = (0..CLIENTS)
+    let tasks: Vec<_> = (0..*CLIENTS)
         .map(|n| {
             let base = servers[n % servers.len()].base.clone();
             let (client, done) = (client.clone(), done.clone());
@@ -208,6 +303,14 @@ async fn stream_latency(
     median(latencies)
 }
 
+/// Whether a section runs: `BENCH_ONLY` names those that do (comma-separated: events,
+/// one, turns, hop, stream), all by default.
+fn runs(section: &str) -> bool {
+    std::env::var("BENCH_ONLY")
+        .map(|only| only.split(',').any(|name| name == section))
+        .unwrap_or(true)
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let seconds = knob("BENCH_SECONDS", 5) as u64;
@@ -221,40 +324,56 @@ async fn main() {
             .unwrap_or(0)
     );
 
-    // Durable events/s through the journal API.
-    let dir = tempfile::tempdir().unwrap();
-    let sled = Journal::open(dir.path(), JournalOptions::default()).unwrap();
-    let sled_rate = events_per_second(sled.clone(), seconds).await;
-    sled.close().unwrap();
-    let pg = Journal::open_postgres(
-        &PostgresOptions::new(url.clone()),
-        JournalOptions::default(),
-    )
-    .unwrap();
-    let pg_rate = events_per_second(pg.clone(), seconds).await;
-    let stats = pg.stats();
-    println!(
-        "PostgreSQL appends: {}, {:.2} ms each on average (append and position)",
-        stats.appends,
-        stats.sync_us_total as f64 / stats.appends.max(1) as f64 / 1000.0
-    );
-    pg.close().unwrap();
-    println!(
-        "durable events/s ({} appenders x {EVENTS_PER_APPEND} events): sled {sled_rate:.0}, PostgreSQL {pg_rate:.0} ({:.2}x sled)",
-        *APPENDERS,
-        pg_rate / sled_rate
-    );
+    if runs("events") {
+        // Durable events/s through the journal API.
+        let dir = tempfile::tempdir().unwrap();
+        let sled = Journal::open(dir.path(), JournalOptions::default()).unwrap();
+        let sled_rate = events_per_second(sled.clone(), seconds).await;
+        sled.close().unwrap();
+        let pg = Journal::open_postgres(
+            &PostgresOptions::new(url.clone()),
+            JournalOptions::default(),
+        )
+        .unwrap();
+        let pg_rate = events_per_second(pg.clone(), seconds).await;
+        let stats = pg.stats();
+        println!(
+            "PostgreSQL appends: {}, {:.2} ms each on average (append and position)",
+            stats.appends,
+            stats.sync_us_total as f64 / stats.appends.max(1) as f64 / 1000.0
+        );
+        pg.close().unwrap();
+        println!(
+            "durable events/s ({} appenders x {EVENTS_PER_APPEND} events): sled {sled_rate:.0}, PostgreSQL {pg_rate:.0} ({:.2}x sled)",
+            *APPENDERS,
+            pg_rate / sled_rate
+        );
+    }
+    if runs("one") {
+        let (append, insert) = one_appender_beside_insert(&url, seconds).await;
+        println!(
+            "one appender on PostgreSQL, p50: an append of one event {:.3} ms, a single-row INSERT (autocommit) {:.3} ms ({:.2}x)",
+            append.as_secs_f64() * 1000.0,
+            insert.as_secs_f64() * 1000.0,
+            append.as_secs_f64() / insert.as_secs_f64()
+        );
+    }
 
     // Quick turns/s over HTTP.
     let turns_url = turnstile_tests::postgres::database().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let sled_config = config(dir.path(), "");
-    let server = Server::start_with(
-        &dir.path().join("sled"),
-        &["--config", sled_config.to_str().unwrap()],
-    );
-    let sled_turns = turns_per_second(&[&server], seconds).await;
-    server.terminate();
+    let sled_turns = if runs("turns") {
+        let sled_config = config(dir.path(), "");
+        let server = Server::start_with(
+            &dir.path().join("sled"),
+            &["--config", sled_config.to_str().unwrap()],
+        );
+        let rate = turns_per_second(&[&server], seconds).await;
+        server.terminate();
+        rate
+    } else {
+        0.0
+    };
     let pg_dir = tempfile::tempdir().unwrap();
     let pg_config = config(
         pg_dir.path(),
@@ -262,23 +381,50 @@ async fn main() {
     );
     let pg_args = ["--config", pg_config.to_str().unwrap()];
     let one = Server::start_with(&pg_dir.path().join("a"), &pg_args);
-    let one_turns = turns_per_second(&[&one], seconds).await;
+    // One replica alone first (a second one would follow its appends).
+    let one_turns = if runs("turns") {
+        turns_per_second(&[&one], seconds).await
+    } else {
+        0.0
+    };
     let two = Server::start_with(&pg_dir.path().join("b"), &pg_args);
-    let two_turns = turns_per_second(&[&one, &two], seconds).await;
-    println!(
-        "quick turns/s over HTTP ({CLIENTS} clients, a new session each): sled {sled_turns:.0}, PostgreSQL one replica {one_turns:.0} ({:.2}x sled), two replicas {two_turns:.0} ({:.2}x one)",
-        one_turns / sled_turns,
-        two_turns / one_turns
-    );
+    if runs("turns") {
+        let two_turns = turns_per_second(&[&one, &two], seconds).await;
+        println!(
+            "quick turns/s over HTTP ({} clients, a new session each): sled {sled_turns:.0}, PostgreSQL one replica {one_turns:.0} ({:.2}x sled), two replicas {two_turns:.0} ({:.2}x one)",
+            *CLIENTS,
+            one_turns / sled_turns,
+            two_turns / one_turns
+        );
+    }
 
-    // Stream latency, same replica and across replicas.
-    let same = stream_latency(&one, &one, &pg_config, pg_dir.path(), 20).await;
-    let across = stream_latency(&one, &two, &pg_config, pg_dir.path(), 20).await;
-    println!(
-        "terminal frame after the run's end was journaled (median of 20): re-attached on the same replica {:.1} ms, on the other replica {:.1} ms",
-        same.as_secs_f64() * 1000.0,
-        across.as_secs_f64() * 1000.0
-    );
+    if runs("hop") {
+        // A turn on a session last served by the other replica, against the same one.
+        let mut same_turns = Vec::new();
+        let mut hop_turns = Vec::new();
+        for round in 0..4 {
+            same_turns.push(turn_latency(&[&one], &format!("stay-{round}"), 11).await);
+            hop_turns.push(turn_latency(&[&one, &two], &format!("hop-{round}"), 11).await);
+        }
+        let (same_turn, hop_turn) = (median(same_turns), median(hop_turns));
+        println!(
+            "a turn, p50: on the replica that served the session's last turn {:.1} ms, on the other replica {:.1} ms ({:+.1} ms)",
+            same_turn.as_secs_f64() * 1000.0,
+            hop_turn.as_secs_f64() * 1000.0,
+            (hop_turn.as_secs_f64() - same_turn.as_secs_f64()) * 1000.0
+        );
+    }
+
+    if runs("stream") {
+        // Stream latency, same replica and across replicas.
+        let same = stream_latency(&one, &one, &pg_config, pg_dir.path(), 20).await;
+        let across = stream_latency(&one, &two, &pg_config, pg_dir.path(), 20).await;
+        println!(
+            "terminal frame after the run's end was journaled (median of 20): re-attached on the same replica {:.1} ms, on the other replica {:.1} ms",
+            same.as_secs_f64() * 1000.0,
+            across.as_secs_f64() * 1000.0
+        );
+    }
     one.terminate();
     two.terminate();
 }

@@ -25,7 +25,7 @@ impl SessionActor {
         if !self.stale || self.fenced || self.remote.is_some() {
             return Ok(());
         }
-        let state = reads::load_whole_session(&self.shared.journal, &self.session_id)?;
+        let state = reads::load_session(&self.shared.journal, &self.session_id)?;
         tracing::warn!(session_id = %self.session_id, next_seq = state.next_seq, "session state read again from the journal after an append failed");
         self.state = state;
         self.stale = false;

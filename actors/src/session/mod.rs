@@ -227,7 +227,7 @@ impl Actor for SessionActor {
                 }
             }
         }
-        match reads::load_whole_session(&self.shared.journal, &self.session_id) {
+        match reads::load_session(&self.shared.journal, &self.session_id) {
             Ok(state) => self.state = state,
             Err(error) => {
                 tracing::error!(session_id = %self.session_id, %error, "session stream unreadable");

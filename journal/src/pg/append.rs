@@ -12,6 +12,7 @@ use crate::codec::Hash;
 use crate::ids::{JournalPos, Seq, SessionId};
 use crate::now_us;
 use crate::pg::batch::{Batch, Part, Verdict, call_batch};
+use crate::pg::follower::keep_own;
 use crate::pg::replicas::LeaseState;
 use crate::pg::{Inner, Request};
 use crate::types::{Conflict, Expected, Recorded};
@@ -227,8 +228,12 @@ async fn read_heads(
     }
     let rows = client
         .query(
-            "SELECT session_id, next_seq, head_hash FROM turnstile.streams \
+            &client
+                .prepare_cached(
+                    "SELECT session_id, next_seq, head_hash FROM turnstile.streams \
              WHERE session_id = ANY ($1)",
+                )
+                .await?,
             &[&stale.iter().map(SessionId::as_str).collect::<Vec<_>>()],
         )
         .await?;
@@ -417,6 +422,7 @@ fn answer(inner: &Inner, one: Sealed, verdict: Verdict) -> Option<Request> {
             ))
         })
         .collect();
+    keep_own(inner, &records);
     let _ = one.request.reply.send(Ok(Ok(records)));
     None
 }

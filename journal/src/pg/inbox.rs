@@ -30,7 +30,7 @@ impl PgJournal {
             let client = pool.get().await?;
             let row = client
                 .query_one(
-                    "INSERT INTO turnstile.inbox (session_id, target, kind, body) VALUES ($1, $2, $3, $4) RETURNING id",
+                    &client.prepare_cached("INSERT INTO turnstile.inbox (session_id, target, kind, body) VALUES ($1, $2, $3, $4) RETURNING id").await?,
                     &[&session, &target, &kind, &body],
                 )
                 .await?;
@@ -52,7 +52,7 @@ impl PgJournal {
                 let client = pool.get().await?;
                 let row = client
                     .query_one(
-                        "SELECT state, reply, turnstile.alive(target) FROM turnstile.inbox WHERE id = $1",
+                        &client.prepare_cached("SELECT state, reply, turnstile.alive(target) FROM turnstile.inbox WHERE id = $1").await?,
                         &[&id],
                     )
                     .await?;
@@ -64,7 +64,7 @@ impl PgJournal {
                 if !alive || past_deadline {
                     let abandoned = client
                         .execute(
-                            "UPDATE turnstile.inbox SET state = 'abandoned' WHERE id = $1 AND state = 'pending'",
+                            &client.prepare_cached("UPDATE turnstile.inbox SET state = 'abandoned' WHERE id = $1 AND state = 'pending'").await?,
                             &[&id],
                         )
                         .await?;
@@ -139,10 +139,14 @@ impl PgJournal {
         self.with_client(move |client| async move {
             let rows = client
                 .query(
-                    "UPDATE turnstile.inbox SET state = 'taken' WHERE id IN ( \
+                    &client
+                        .prepare_cached(
+                            "UPDATE turnstile.inbox SET state = 'taken' WHERE id IN ( \
                        SELECT id FROM turnstile.inbox WHERE target = $1 AND state = 'pending' \
                        ORDER BY id FOR UPDATE SKIP LOCKED) \
                      RETURNING id, session_id, kind, body",
+                        )
+                        .await?,
                     &[&me],
                 )
                 .await?;
@@ -167,7 +171,11 @@ impl PgJournal {
         self.with_client(move |client| async move {
             client
                 .execute(
-                    "UPDATE turnstile.inbox SET state = 'done', reply = $2 WHERE id = $1",
+                    &client
+                        .prepare_cached(
+                            "UPDATE turnstile.inbox SET state = 'done', reply = $2 WHERE id = $1",
+                        )
+                        .await?,
                     &[&id, &reply],
                 )
                 .await?;
@@ -197,29 +205,29 @@ pub(super) const RESYNC: &str = "";
 /// has committed, and without waiting for a WAL flush (a notification is a hint; a
 /// NOTIFY inside the change's transaction would serialize commits database-wide).
 pub(super) async fn notify(client: &deadpool_postgres::Client, channel: &str, payload: &str) {
+    // One statement, one round trip: its own transaction, whose commit waits for no
+    // flush (`set_config` local to it).
     let sent = async {
-        client
-            .batch_execute("BEGIN; SET LOCAL synchronous_commit = off")
+        let statement = client
+            .prepare_cached(
+                "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)",
+            )
             .await?;
-        client
-            .execute("SELECT pg_notify($1, $2)", &[&channel, &payload])
-            .await?;
-        client.batch_execute("COMMIT").await
+        client.execute(&statement, &[&channel, &payload]).await
     }
     .await;
     if let Err(error) = sent {
-        let _ = client.batch_execute("ROLLBACK").await;
         tracing::debug!(%error, channel, "a notification was not sent (the others poll)");
     }
 }
 
-/// Announces the sessions this replica appended to, a few milliseconds' worth at a time.
+/// Announces the sessions this replica appended to: at once, with every session
+/// appended to while the last notification was on its way.
 pub(super) async fn notifier(
     inner: std::sync::Weak<Inner>,
     mut touched: mpsc::UnboundedReceiver<SessionId>,
 ) {
     while let Some(first) = touched.recv().await {
-        tokio::time::sleep(Duration::from_millis(2)).await;
         let mut sessions = std::collections::BTreeSet::from([first.as_str().to_owned()]);
         while let Ok(more) = touched.try_recv() {
             sessions.insert(more.as_str().to_owned());

@@ -58,6 +58,7 @@ mod errors;
 mod follower;
 mod import;
 mod inbox;
+mod projections;
 mod reads;
 mod replicas;
 mod schema;
@@ -133,6 +134,12 @@ struct Inner {
     config: tokio_postgres::Config,
     next_pos: Arc<AtomicU64>,
     live: broadcast::Sender<Arc<Recorded>>,
+    /// Stored projections on their way to the database (`projections.rs`).
+    projections: Mutex<projections::Pending>,
+    /// Wakes the projections' writer.
+    projections_waiting: Arc<Notify>,
+    /// This replica's appended records the follower has not handed to `live` yet.
+    own: Mutex<std::collections::BTreeMap<u64, Arc<Recorded>>>,
     /// Wakes the follower after a local append.
     appended: Arc<Notify>,
     stats: Arc<JournalStats>,
@@ -209,6 +216,9 @@ impl PgJournal {
             heads: Mutex::new(HashMap::new()),
             next_pos: Arc::new(AtomicU64::new(next_pos)),
             live,
+            own: Mutex::new(std::collections::BTreeMap::new()),
+            projections: Mutex::new(projections::Pending::default()),
+            projections_waiting: Arc::new(Notify::new()),
             appended: Arc::new(Notify::new()),
             stats: Arc::new(JournalStats::default()),
             max_event_bytes: journal_options
@@ -228,6 +238,7 @@ impl PgJournal {
         handle.spawn(appender(Arc::downgrade(&inner), receiver));
         *inner.appender.lock().map_err(|_| Error::Stopped)? = Some(sender);
         handle.spawn(follower(Arc::downgrade(&inner)));
+        handle.spawn(projections::writer(Arc::downgrade(&inner)));
         handle.spawn(heartbeat(Arc::downgrade(&inner)));
         handle.spawn(listener(Arc::downgrade(&inner)));
         handle.spawn(notifier(Arc::downgrade(&inner), touched));
@@ -349,18 +360,6 @@ impl PgJournal {
         self.inner.live.subscribe()
     }
 
-    pub(crate) fn put_projection(&self, key: &str, value: &[u8]) -> Result<(), Error> {
-        let key = key.to_owned();
-        let value = value.to_vec();
-        self.with_client(move |client| async move {
-            let statement = client
-                .prepare_cached("SELECT turnstile.put_projection($1, $2)")
-                .await?;
-            client.execute(&statement, &[&key, &value]).await?;
-            Ok(())
-        })
-    }
-
     /// One round trip to the database (`SELECT 1`), within the pool's timeouts.
     pub(crate) fn writable(&self) -> Result<(), Error> {
         self.with_client(move |client| async move {
@@ -374,50 +373,29 @@ impl PgJournal {
         })
     }
 
-    pub(crate) fn get_projection(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
-        let key = key.to_owned();
-        self.with_client(move |client| async move {
-            let row = client
-                .query_opt(
-                    "SELECT value FROM turnstile.projections WHERE key = $1",
-                    &[&key],
-                )
-                .await?;
-            Ok(row.map(|row| row.get(0)))
-        })
-    }
-
-    pub(crate) fn projections(&self) -> Result<Vec<(String, Vec<u8>)>, Error> {
-        self.with_client(move |client| async move {
-            let rows = client
-                .query(
-                    "SELECT key, value FROM turnstile.projections ORDER BY key COLLATE \"C\"",
-                    &[],
-                )
-                .await?;
-            Ok(rows
-                .into_iter()
-                .map(|row| (row.get(0), row.get(1)))
-                .collect())
-        })
-    }
-
     pub(crate) fn close(&self) -> Result<(), Error> {
         let first = !self.inner.closed.load(Ordering::SeqCst);
         self.inner.close();
         if first {
+            self.flush_projections();
             // Others take this replica's sessions at once rather than after its lease.
             let me = self.replica_id();
             let _ = self.with_client(move |client| async move {
                 client
                     .execute(
-                        "UPDATE turnstile.streams SET owner = NULL WHERE owner = $1",
+                        &client
+                            .prepare_cached(
+                                "UPDATE turnstile.streams SET owner = NULL WHERE owner = $1",
+                            )
+                            .await?,
                         &[&me],
                     )
                     .await?;
                 client
                     .execute(
-                        "DELETE FROM turnstile.replicas WHERE replica_id = $1",
+                        &client
+                            .prepare_cached("DELETE FROM turnstile.replicas WHERE replica_id = $1")
+                            .await?,
                         &[&me],
                     )
                     .await?;
@@ -499,7 +477,12 @@ async fn start_up(
     }
     register(&client, &replica_id, &name, lease).await?;
     let row = client
-        .query_one("SELECT next_pos FROM turnstile.positions", &[])
+        .query_one(
+            &client
+                .prepare_cached("SELECT next_pos FROM turnstile.positions")
+                .await?,
+            &[],
+        )
         .await?;
     Ok(row.get::<_, i64>(0) as u64)
 }

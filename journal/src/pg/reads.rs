@@ -15,7 +15,9 @@ impl PgJournal {
         self.with_client(move |client| async move {
             let row = client
                 .query_opt(
-                    "SELECT record FROM turnstile.events WHERE pos = $1",
+                    &client
+                        .prepare_cached("SELECT record FROM turnstile.events WHERE pos = $1")
+                        .await?,
                     &[&(pos.0 as i64)],
                 )
                 .await?;
@@ -48,9 +50,13 @@ impl PgJournal {
                 let client = pool.get().await?;
                 let rows = client
                     .query(
-                        "SELECT seq, pos, record FROM turnstile.events \
+                        &client
+                            .prepare_cached(
+                                "SELECT seq, pos, record FROM turnstile.events \
                          WHERE session_id = $1 AND seq >= $2 AND pos IS NOT NULL \
                          ORDER BY seq LIMIT $3",
+                            )
+                            .await?,
                         &[&session, &(cursor as i64), &limits::POSTGRES_PAGE_RECORDS],
                     )
                     .await?;
@@ -86,8 +92,12 @@ impl PgJournal {
                     let client = pool.get().await?;
                     client
                         .query(
-                            "SELECT pos, record FROM turnstile.events \
+                            &client
+                                .prepare_cached(
+                                    "SELECT pos, record FROM turnstile.events \
                              WHERE pos >= $1 AND pos < $2 ORDER BY pos LIMIT $3",
+                                )
+                                .await?,
                             &[
                                 &(cursor as i64),
                                 &(durable as i64),
@@ -121,8 +131,12 @@ impl PgJournal {
         self.with_client(move |client| async move {
             let row = client
                 .query_one(
-                    "SELECT coalesce(max(seq) + 1, 0) FROM turnstile.events \
+                    &client
+                        .prepare_cached(
+                            "SELECT coalesce(max(seq) + 1, 0) FROM turnstile.events \
                      WHERE session_id = $1 AND pos IS NOT NULL",
+                        )
+                        .await?,
                     &[&session],
                 )
                 .await?;
@@ -136,7 +150,11 @@ impl PgJournal {
         self.with_client(move |client| async move {
             let row = client
                 .query_opt(
-                    "SELECT next_seq FROM turnstile.streams WHERE session_id = $1",
+                    &client
+                        .prepare_cached(
+                            "SELECT next_seq FROM turnstile.streams WHERE session_id = $1",
+                        )
+                        .await?,
                     &[&session],
                 )
                 .await?;
@@ -149,7 +167,9 @@ impl PgJournal {
         self.with_client(move |client| async move {
             let row = client
                 .query_opt(
-                    "SELECT session_id FROM turnstile.runs WHERE run_id = $1",
+                    &client
+                        .prepare_cached("SELECT session_id FROM turnstile.runs WHERE run_id = $1")
+                        .await?,
                     &[&run],
                 )
                 .await?;
@@ -162,8 +182,12 @@ impl PgJournal {
         self.with_client(move |client| async move {
             let rows = client
                 .query(
-                    "SELECT queued_seq, run_id FROM turnstile.runs \
+                    &client
+                        .prepare_cached(
+                            "SELECT queued_seq, run_id FROM turnstile.runs \
                      WHERE session_id = $1 AND listed ORDER BY queued_seq",
+                        )
+                        .await?,
                     &[&session],
                 )
                 .await?;
@@ -178,8 +202,12 @@ impl PgJournal {
         let counted = self.with_client(move |client| async move {
             let rows = client
                 .query(
-                    "SELECT status::text, count(*) FROM turnstile.runs \
+                    &client
+                        .prepare_cached(
+                            "SELECT status::text, count(*) FROM turnstile.runs \
                      WHERE agent_id = $1 AND listed GROUP BY status",
+                        )
+                        .await?,
                     &[&agent],
                 )
                 .await?;
@@ -220,18 +248,18 @@ impl PgJournal {
                 let rows = if newest_first {
                     client
                         .query(
-                            "SELECT queued_pos, session_id, run_id, status::text FROM turnstile.runs \
+                            &client.prepare_cached("SELECT queued_pos, session_id, run_id, status::text FROM turnstile.runs \
                              WHERE agent_id = $1 AND listed AND queued_pos IS NOT NULL AND queued_pos < $2 \
-                             ORDER BY queued_pos DESC LIMIT $3",
+                             ORDER BY queued_pos DESC LIMIT $3").await?,
                             &[&agent, &cursor, &limits::POSTGRES_PAGE_RECORDS],
                         )
                         .await?
                 } else {
                     client
                         .query(
-                            "SELECT queued_pos, session_id, run_id, status::text FROM turnstile.runs \
+                            &client.prepare_cached("SELECT queued_pos, session_id, run_id, status::text FROM turnstile.runs \
                              WHERE agent_id = $1 AND listed AND queued_pos IS NOT NULL AND queued_pos > $2 \
-                             AND queued_pos < $3 ORDER BY queued_pos LIMIT $4",
+                             AND queued_pos < $3 ORDER BY queued_pos LIMIT $4").await?,
                             &[&agent, &cursor, &durable, &limits::POSTGRES_PAGE_RECORDS],
                         )
                         .await?
@@ -268,7 +296,7 @@ impl PgJournal {
         self.with_client(move |client| async move {
             let rows = client
                 .query(
-                    "SELECT run_id, session_id FROM turnstile.runs WHERE open ORDER BY run_id",
+                    &client.prepare_cached("SELECT run_id, session_id FROM turnstile.runs WHERE open ORDER BY run_id").await?,
                     &[],
                 )
                 .await?;
@@ -282,8 +310,8 @@ impl PgJournal {
         self.with_client(move |client| async move {
             let rows = client
                 .query(
-                    "SELECT session_id, agent_id, user_id, created_at_us FROM turnstile.sessions \
-                     ORDER BY session_id COLLATE \"C\"",
+                    &client.prepare_cached("SELECT session_id, agent_id, user_id, created_at_us FROM turnstile.sessions \
+                     ORDER BY session_id COLLATE \"C\"").await?,
                     &[],
                 )
                 .await?;
@@ -305,7 +333,11 @@ impl PgJournal {
         self.with_client(move |client| async move {
             let row = client
                 .query_opt(
-                    "SELECT run_id FROM turnstile.idempotency_keys WHERE key = $1",
+                    &client
+                        .prepare_cached(
+                            "SELECT run_id FROM turnstile.idempotency_keys WHERE key = $1",
+                        )
+                        .await?,
                     &[&key],
                 )
                 .await?;
@@ -326,7 +358,9 @@ pub(super) async fn decode(
     };
     let row = client
         .query_opt(
-            "SELECT bytes FROM turnstile.blobs WHERE digest = $1",
+            &client
+                .prepare_cached("SELECT bytes FROM turnstile.blobs WHERE digest = $1")
+                .await?,
             &[&digest.as_slice()],
         )
         .await?;

@@ -36,7 +36,11 @@ impl PgJournal {
             self.with_client(move |client| async move {
                 let row = client
                     .query_one(
-                        "SELECT status, lease_epoch, owner FROM turnstile.acquire($1, $2)",
+                        &client
+                            .prepare_cached(
+                                "SELECT status, lease_epoch, owner FROM turnstile.acquire($1, $2)",
+                            )
+                            .await?,
                         &[&session, &me],
                     )
                     .await?;
@@ -111,8 +115,12 @@ impl PgJournal {
         let released = self.with_client(move |client| async move {
             client
                 .execute(
-                    "UPDATE turnstile.streams SET owner = NULL \
+                    &client
+                        .prepare_cached(
+                            "UPDATE turnstile.streams SET owner = NULL \
                      WHERE session_id = $1 AND owner = $2 AND lease_epoch = $3",
+                        )
+                        .await?,
                     &[&session, &me, &epoch],
                 )
                 .await?;
@@ -128,7 +136,12 @@ impl PgJournal {
         let limit = limit.min(i32::MAX as usize) as i32;
         self.with_client(move |client| async move {
             let rows = client
-                .query("SELECT session_id FROM turnstile.claimable($1)", &[&limit])
+                .query(
+                    &client
+                        .prepare_cached("SELECT session_id FROM turnstile.claimable($1)")
+                        .await?,
+                    &[&limit],
+                )
                 .await?;
             rows.into_iter().map(|row| stored_id(row.get(0))).collect()
         })
