@@ -30,8 +30,9 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- One row per append, in the order given: ('ok', its new next_seq, NULL, its token, the
--- owner, its first position), ('conflict', the real next_seq, the real head hash, the
--- token, the owner, NULL), ('owned', …, the other owner) or ('fenced', …). At most one
+-- owner, its first position, whether it gave the lease back), ('conflict', the real
+-- next_seq, the real head hash, the token, the owner, NULL, false), ('owned', …, the
+-- other owner, …) or ('fenced', …). At most one
 -- append of a session per call (the caller's rule: the checks read each stream once).
 -- An append without a token (`p_epochs[i]` NULL) takes the session's lease when it is
 -- free (kept even when its sequence conflicts, as an acquire would).
@@ -65,7 +66,7 @@ CREATE FUNCTION turnstile.append_batch(
     p_keys           text[],
     p_key_runs       text[])
 RETURNS TABLE (status text, next_seq bigint, head_hash bytea, lease_epoch bigint,
-               owner text, first_pos bigint)
+               owner text, first_pos bigint, released boolean)
 LANGUAGE plpgsql
 -- Its statements' plans are made once per connection (the arrays' sizes change every
 -- call, and a plan made for each would cost more than the append).
@@ -81,6 +82,7 @@ DECLARE
   v_hash   bytea[];
   v_owner  text[];
   v_total  bigint;
+  v_freed  bigint[] := '{}';
 BEGIN
   -- First the global order's lock (every appender takes it first, so appenders never
   -- deadlock on each other's streams), then the streams in one order.
@@ -197,6 +199,21 @@ BEGIN
      WHERE d.deleted AND b.i = d.i AND x.session_id = b.session AND x.listed;
   END IF;
 
+  -- The append that ends a session's last open run gives its lease back with it (the
+  -- lease is one of a session with work to do): the session's next turn may be taken
+  -- by any replica as soon as this end is seen. Its owner takes it again with its next
+  -- append if it has more to do.
+  IF cardinality(p_status_of) > 0 THEN
+    WITH freed AS (
+      UPDATE turnstile.streams x SET owner = NULL
+        FROM turnstile.accepted(p_sessions, p_expected, v_first, v_status) b
+       WHERE x.session_id = b.session AND x.owner = p_owner
+         AND b.i IN (SELECT t.of FROM unnest(p_status_of, p_terminal) AS t(of, term) WHERE t.term)
+         AND NOT EXISTS (SELECT 1 FROM turnstile.runs r WHERE r.session_id = b.session AND r.open)
+      RETURNING b.i)
+    SELECT coalesce(array_agg(freed.i), '{}') INTO v_freed FROM freed;
+  END IF;
+
   IF v_total > 0 THEN
     UPDATE turnstile.positions SET next_pos = v_next + v_total;
   END IF;
@@ -207,7 +224,8 @@ BEGIN
          CASE WHEN t.verdict = 'conflict' THEN t.hash END,
          t.epoch,
          CASE WHEN t.verdict IN ('owned', 'fenced') THEN t.held_by ELSE p_owner END,
-         CASE WHEN t.verdict = 'ok' THEN t.first END
+         CASE WHEN t.verdict = 'ok' THEN t.first END,
+         t.i = ANY (v_freed)
     FROM unnest(v_status, p_expected, p_counts, v_actual, v_hash, v_epoch, v_owner, v_first)
            WITH ORDINALITY AS t(verdict, expected, n, actual, hash, epoch, held_by, first, i)
    ORDER BY t.i;

@@ -194,5 +194,10 @@ impl Handler<RunFinishedMsg> for SessionActor {
             return;
         }
         self.end_run(finished.run_id, finished.terminal, Some(finished.slot), ctx);
+        if self.shared.cluster && self.idle_now() {
+            // On a shared journal the session is given back as its last run ends, not at
+            // the next idle check: its next turn may come to another replica at once.
+            ctx.stop();
+        }
     }
 }

@@ -203,6 +203,30 @@ impl SessionActor {
     }
 }
 
+impl SessionActor {
+    /// Whether this actor has nothing to do and may stop (giving the session back).
+    pub(super) fn idle_now(&self) -> bool {
+        // A stale actor stays to resolve what the failure interrupted (its heal), but
+        // on a shared journal it gives the session back: whichever replica takes the
+        // session next reads it whole and resolves its open runs.
+        self.in_flight.is_none()
+            && (!self.stale || self.shared.cluster)
+            && self.queue.is_empty()
+            && !self.electing
+            && !self.compacting
+            && !self.creating
+            // A paused run's actor keeps its session (and, on a shared journal, its
+            // lease) and the timer of its approval timeout; an actor that only
+            // answers for another replica's session does not.
+            && (self.held_paused().is_none() || self.remote.is_some())
+            && self.deciding.is_none()
+            // A deletion in flight is answered by this actor: stopping now would
+            // drop the answer (the caller asks again and hears "no such session")
+            // and let a new actor take a turn before the deletion is durable.
+            && !self.deleting
+    }
+}
+
 impl Actor for SessionActor {
     type Context = Context<Self>;
 
@@ -256,25 +280,7 @@ impl Actor for SessionActor {
                     50
                 }));
         ctx.run_interval(check_every, move |actor, ctx| {
-            // A stale actor stays to resolve what the failure interrupted (its heal), but
-            // on a shared journal it gives the session back: whichever replica takes the
-            // session next reads it whole and resolves its open runs.
-            let idle_now = actor.in_flight.is_none()
-                && (!actor.stale || actor.shared.cluster)
-                && actor.queue.is_empty()
-                && !actor.electing
-                && !actor.compacting
-                && !actor.creating
-                // A paused run's actor keeps its session (and, on a shared journal, its
-                // lease) and the timer of its approval timeout; an actor that only
-                // answers for another replica's session does not.
-                && (actor.held_paused().is_none() || actor.remote.is_some())
-                && actor.deciding.is_none()
-                // A deletion in flight is answered by this actor: stopping now would
-                // drop the answer (the caller asks again and hears "no such session")
-                // and let a new actor take a turn before the deletion is durable.
-                && !actor.deleting;
-            if idle_now && actor.last_active.elapsed() >= idle_after(&actor.shared) {
+            if actor.idle_now() && actor.last_active.elapsed() >= idle_after(&actor.shared) {
                 ctx.stop();
             }
         });

@@ -143,6 +143,8 @@ struct Sealed {
     at: Head,
     ts_us: i64,
     sizes: Vec<usize>,
+    /// Sent without a token because an earlier append gave the lease back.
+    given_back: bool,
 }
 
 /// Seals the requests, sends them as one batch, answers each; returns those to send
@@ -271,13 +273,16 @@ pub(super) fn remember(inner: &Inner, session_id: &SessionId, head: Head) {
 /// seals it into the batch; a request refused here is answered at once.
 fn seal(inner: &Inner, request: Request, batch: &mut Batch) -> Option<Sealed> {
     let session_id = &request.session_id;
-    let epoch = match inner
+    let state = inner
         .leases
         .lock()
         .ok()
-        .and_then(|leases| leases.get(session_id).copied())
-    {
+        .and_then(|leases| leases.get(session_id).copied());
+    let given_back = matches!(state, Some(LeaseState::Released { .. }));
+    let epoch = match state {
         Some(LeaseState::Held { epoch, .. }) => Some(epoch),
+        // Given back with an earlier append: taken again by this one if still free.
+        Some(LeaseState::Released { .. }) => None,
         Some(LeaseState::Lost) => {
             let error = Error::Fenced {
                 session_id: session_id.to_string(),
@@ -345,6 +350,7 @@ fn seal(inner: &Inner, request: Request, batch: &mut Batch) -> Option<Sealed> {
         at,
         ts_us,
         sizes,
+        given_back,
     })
 }
 
@@ -352,6 +358,18 @@ fn seal(inner: &Inner, request: Request, batch: &mut Batch) -> Option<Sealed> {
 fn answer(inner: &Inner, one: Sealed, verdict: Verdict) -> Option<Request> {
     let session_id = one.request.session_id.clone();
     match verdict.status.as_str() {
+        // Another replica took the session after this one gave it back: for the actors
+        // here that held it, as a lost lease (nothing written; they stop).
+        "owned" if one.given_back => {
+            if let Ok(mut leases) = inner.leases.lock() {
+                leases.insert(session_id.clone(), LeaseState::Lost);
+            }
+            let error = Error::Fenced {
+                session_id: session_id.to_string(),
+            };
+            let _ = one.request.reply.send(Err(error));
+            return None;
+        }
         "owned" => {
             let error = Error::Owned {
                 session_id: session_id.to_string(),
@@ -370,7 +388,7 @@ fn answer(inner: &Inner, one: Sealed, verdict: Verdict) -> Option<Request> {
             let _ = one.request.reply.send(Err(error));
             return None;
         }
-        _ => hold(inner, &session_id, verdict.epoch),
+        _ => hold(inner, &session_id, verdict.epoch, verdict.released),
     }
     if verdict.status == "conflict" {
         let last_hash: Hash = verdict.head_hash.unwrap_or([0; 32]);
@@ -428,13 +446,24 @@ fn answer(inner: &Inner, one: Sealed, verdict: Verdict) -> Option<Request> {
 }
 
 /// Records the lease's fencing token after an append the database let through (or that
-/// took the lease itself: a caller that never asked for it).
-fn hold(inner: &Inner, session_id: &SessionId, epoch: i64) {
+/// took the lease itself: a caller that never asked for it), or that the append gave
+/// the lease back.
+fn hold(inner: &Inner, session_id: &SessionId, epoch: i64, released: bool) {
     if let Ok(mut leases) = inner.leases.lock() {
-        match leases.get_mut(session_id) {
-            Some(LeaseState::Held { epoch: held, .. }) => *held = epoch,
-            _ => {
-                leases.insert(session_id.clone(), LeaseState::Held { epoch, holders: 0 });
+        let holders = match leases.get(session_id) {
+            Some(LeaseState::Held { holders, .. } | LeaseState::Released { holders }) => *holders,
+            _ => 0,
+        };
+        match (released, holders) {
+            // No actor here holds it (an append made without a lease): nothing to keep.
+            (true, 0) => {
+                leases.remove(session_id);
+            }
+            (true, holders) => {
+                leases.insert(session_id.clone(), LeaseState::Released { holders });
+            }
+            (false, holders) => {
+                leases.insert(session_id.clone(), LeaseState::Held { epoch, holders });
             }
         }
     }

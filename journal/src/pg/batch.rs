@@ -38,6 +38,8 @@ pub(super) struct Verdict {
     pub(super) owner: Option<String>,
     /// The first record's global position, for `ok`.
     pub(super) first_pos: Option<u64>,
+    /// It ended the session's last open run, and gave the lease back with it.
+    pub(super) released: bool,
 }
 
 /// A batch: the function's arguments, column by column.
@@ -150,7 +152,7 @@ pub(super) async fn call_batch(
 ) -> Result<Vec<Verdict>, Error> {
     let statement = client
         .prepare_cached(
-            "SELECT status, next_seq, head_hash, lease_epoch, owner, first_pos FROM \
+            "SELECT status, next_seq, head_hash, lease_epoch, owner, first_pos, released FROM \
              turnstile.append_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
              $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28)",
         )
@@ -214,6 +216,7 @@ pub(super) async fn call_batch(
                 epoch: row.get(3),
                 owner: row.get(4),
                 first_pos: row.get::<_, Option<i64>>(5).map(|pos| pos as u64),
+                released: row.get::<_, Option<bool>>(6).unwrap_or(false),
             })
         })
         .collect()

@@ -58,6 +58,10 @@ impl PgJournal {
                             *holders += 1;
                             *held = (*held).max(epoch);
                         }
+                        Some(LeaseState::Released { holders }) => {
+                            let holders = *holders + 1;
+                            leases.insert(session_id.clone(), LeaseState::Held { epoch, holders });
+                        }
                         _ => {
                             leases
                                 .insert(session_id.clone(), LeaseState::Held { epoch, holders: 1 });
@@ -82,7 +86,12 @@ impl PgJournal {
         self.inner
             .leases
             .lock()
-            .map(|leases| matches!(leases.get(session_id), Some(LeaseState::Held { .. })))
+            .map(|leases| {
+                matches!(
+                    leases.get(session_id),
+                    Some(LeaseState::Held { .. } | LeaseState::Released { .. })
+                )
+            })
             .unwrap_or(false)
     }
 
@@ -103,7 +112,12 @@ impl PgJournal {
                     leases.remove(session_id);
                     epoch
                 }
-                Some(LeaseState::Lost) => {
+                Some(LeaseState::Released { holders }) if *holders > 1 => {
+                    *holders -= 1;
+                    return;
+                }
+                // Given back already, with the append that ended its last run.
+                Some(LeaseState::Lost | LeaseState::Released { .. }) => {
                     leases.remove(session_id);
                     return;
                 }
@@ -161,6 +175,11 @@ pub(super) enum LeaseState {
     /// Lost (the heartbeat lapsed, or an append was fenced): appends are refused here
     /// until the session is acquired again.
     Lost,
+    /// Given back by the append that ended the session's last open run, while actors
+    /// here still hold it: their next append takes it again if it is still free
+    /// (`owned` when another replica took it meanwhile), and their release costs no
+    /// round trip.
+    Released { holders: u32 },
 }
 
 /// Runs `future` on the backend's runtime and awaits it from any runtime.
@@ -284,7 +303,7 @@ pub(super) fn lapse_locally(inner: &Inner, why: &str) {
         .map(|mut leases| {
             let mut lost = 0;
             for state in leases.values_mut() {
-                if matches!(state, LeaseState::Held { .. }) {
+                if matches!(state, LeaseState::Held { .. } | LeaseState::Released { .. }) {
                     lost += 1;
                 }
                 *state = LeaseState::Lost;
