@@ -497,6 +497,16 @@ impl Journal {
         }
     }
 
+    /// Whether a session's record at `seq` is one this process's actors have seen:
+    /// appended here, or before the stream's head as this process last appended to it
+    /// (always on sled). A follower of the others' records skips these.
+    pub fn seen_here(&self, session_id: &SessionId, seq: Seq) -> bool {
+        match &self.backend {
+            Backend::Sled(_) => true,
+            Backend::Postgres(pg) => pg.seen_here(session_id, seq),
+        }
+    }
+
     /// Gives a session's lease back (nothing left to do on it here).
     pub fn release(&self, session_id: &SessionId) {
         if let Backend::Postgres(pg) = &self.backend {

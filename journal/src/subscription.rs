@@ -58,6 +58,22 @@ impl Subscription {
                 self.next = record.pos.next();
                 return Ok(record);
             }
+            // A record already on the live feed first: the journal's head may be past
+            // it (an append answers before its records reach the feed), and reading it
+            // back would be wasted.
+            match self.live.try_recv() {
+                Ok(record) if record.pos < self.next => continue,
+                Ok(record) if record.pos == self.next => {
+                    self.next = record.pos.next();
+                    return Ok(record);
+                }
+                // A gap or a lag: the records are durable, so read them back.
+                Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                    self.refill()?;
+                    continue;
+                }
+                Err(_) => {}
+            }
             if self.next < self.journal.next_pos() {
                 self.refill()?;
                 continue;

@@ -213,37 +213,62 @@ impl Runtime {
 /// Keeps the directory (the sessions list and the daily metrics) true to what the other
 /// replicas do: a session's turning point journaled elsewhere (a session created or
 /// deleted, a run accepted or ended, a compaction) reloads its facts from its read model.
-/// Sessions this replica holds are followed by their own actors.
+/// Sessions this replica holds, and records its own actors appended (or folded before
+/// appending), are followed by those actors.
 pub(super) async fn follow_other_replicas(weak: std::sync::Weak<Inner>) {
     let Some(journal) = weak.upgrade().map(|inner| inner.shared.journal.clone()) else {
         return;
     };
     let mut records = journal.subscribe_from(journal.next_pos());
-    while let Ok(record) = records.next().await {
-        let turning_point = match &record.event {
-            turnstile_journal::Event::SessionCreated { .. }
-            | turnstile_journal::Event::SessionDeleted { .. }
-            | turnstile_journal::Event::RunQueued { .. }
-            | turnstile_journal::Event::TranscriptCompacted { .. } => true,
-            event => event.is_terminal(),
-        };
-        if !turning_point || journal.holds_lease(&record.session_id) {
-            continue;
+    while let Ok(first) = records.next().await {
+        // The records of the next few milliseconds with it: a session whose turn ended
+        // meanwhile (accepted, then ended) is read once for all of them.
+        let mut changed = std::collections::BTreeSet::new();
+        let until = tokio::time::Instant::now() + DIRECTORY_FOLLOW_EVERY;
+        let mut record = Some(first);
+        while let Some(one) = record.take() {
+            if turning_point_elsewhere(&journal, &one) {
+                changed.insert(one.session_id.clone());
+            }
+            if let Ok(Ok(next)) = tokio::time::timeout_at(until, records.next()).await {
+                record = Some(next);
+            }
         }
         let Some(inner) = weak.upgrade() else {
             return;
         };
-        match crate::reads::load_session(&journal, &record.session_id) {
-            Ok(state) => inner
-                .shared
-                .directory
-                .update(&record.session_id, &state.session),
-            Err(error) => {
-                tracing::warn!(session_id = %record.session_id, %error, "a session another replica changed could not be read")
+        for session_id in changed {
+            match crate::reads::load_session(&journal, &session_id) {
+                Ok(state) => inner.shared.directory.update(&session_id, &state.session),
+                Err(error) => {
+                    tracing::warn!(%session_id, %error, "a session another replica changed could not be read")
+                }
             }
         }
     }
 }
+
+/// A session's turning point (created or deleted, a run accepted or ended, a
+/// compaction) that this replica's actors did not see.
+fn turning_point_elsewhere(
+    journal: &turnstile_journal::Journal,
+    record: &turnstile_journal::Recorded,
+) -> bool {
+    let turning_point = match &record.event {
+        turnstile_journal::Event::SessionCreated { .. }
+        | turnstile_journal::Event::SessionDeleted { .. }
+        | turnstile_journal::Event::RunQueued { .. }
+        | turnstile_journal::Event::TranscriptCompacted { .. } => true,
+        event => event.is_terminal(),
+    };
+    turning_point
+        && !journal.holds_lease(&record.session_id)
+        && !journal.seen_here(&record.session_id, record.seq)
+}
+
+/// How long the directory's follower gathers the other replicas' records before it reads
+/// the sessions they changed.
+const DIRECTORY_FOLLOW_EVERY: Duration = Duration::from_millis(50);
 
 pub(super) const ELSEWHERE_WAIT: Duration = Duration::from_millis(ELSEWHERE_WAIT_MS);
 

@@ -12,7 +12,7 @@ use crate::codec::Hash;
 use crate::ids::{JournalPos, Seq, SessionId};
 use crate::now_us;
 use crate::pg::batch::{Batch, Part, Verdict, call_batch};
-use crate::pg::follower::keep_own;
+use crate::pg::follower::deliver_own;
 use crate::pg::replicas::LeaseState;
 use crate::pg::{Inner, Request};
 use crate::types::{Conflict, Expected, Recorded};
@@ -440,7 +440,7 @@ fn answer(inner: &Inner, one: Sealed, verdict: Verdict) -> Option<Request> {
             ))
         })
         .collect();
-    keep_own(inner, &records);
+    deliver_own(inner, &records);
     let _ = one.request.reply.send(Ok(Ok(records)));
     None
 }

@@ -9,6 +9,7 @@ use crate::pg::reads::decode;
 use crate::types::{Hashing, Recorded};
 use crate::{Error, limits};
 use deadpool_postgres::Pool;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -18,7 +19,6 @@ use tokio::sync::broadcast;
 /// their records: woken by a local append, by another replica's notification that a
 /// stream grew, or at the latest every [`limits::POSTGRES_FOLLOW_POLL_MS`].
 pub(super) async fn follower(inner: std::sync::Weak<Inner>) {
-    let mut cursor: Option<u64> = None;
     let Some(mut notices) = inner.upgrade().map(|inner| inner.notices.subscribe()) else {
         return;
     };
@@ -37,7 +37,7 @@ pub(super) async fn follower(inner: std::sync::Weak<Inner>) {
         let Some(strong) = inner.upgrade() else {
             return;
         };
-        let followed = follow_once(&strong, &pool, &mut cursor).await;
+        let followed = follow_once(&strong, &pool).await;
         if let Err(error) = followed {
             tracing::warn!(%error, "following the PostgreSQL journal failed; retrying");
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -57,28 +57,64 @@ async fn grown(notices: &mut broadcast::Receiver<Notice>) {
     }
 }
 
-/// Keeps this replica's own appended records for the follower, which hands them to the
-/// live feed in position order without reading them back (only while the feed has
-/// receivers; bounded: past the bound the follower reads them as any other).
-pub(super) fn keep_own(inner: &Inner, records: &[Arc<Recorded>]) {
-    if inner.live.receiver_count() == 0 {
-        return;
+/// The live feed's order: the next position it hands on, and this replica's own
+/// records waiting there for the others' records before them.
+pub(super) struct Feed {
+    delivered: Option<u64>,
+    own: BTreeMap<u64, Arc<Recorded>>,
+}
+
+impl Feed {
+    /// A feed that hands on records from `next_pos` on.
+    pub(super) fn new(next_pos: u64) -> Feed {
+        Feed {
+            delivered: Some(next_pos),
+            own: BTreeMap::new(),
+        }
     }
-    if let Ok(mut own) = inner.own.lock() {
-        if own.len() + records.len() > limits::POSTGRES_OWN_RECORDS_KEPT {
+
+    /// Hands on `record` if it is the next one, then the own records that follow it.
+    fn hand_on(&mut self, inner: &Inner, record: Arc<Recorded>) {
+        let Some(delivered) = self.delivered.as_mut() else {
+            return;
+        };
+        if record.pos.0 != *delivered {
             return;
         }
-        for record in records {
-            own.insert(record.pos.0, record.clone());
+        *delivered += 1;
+        let _ = inner.live.send(record);
+        while let Some(next) = self.own.remove(delivered) {
+            *delivered += 1;
+            let _ = inner.live.send(next);
+        }
+        inner.next_pos.fetch_max(*delivered, Ordering::SeqCst);
+    }
+}
+
+/// This replica's own appended records: on the live feed at once when nothing is
+/// before them, else kept for the follower, which hands them on in position order
+/// after the others' records before them without reading them back (kept only while
+/// the feed has receivers, and bounded: past the bound they are read back).
+pub(super) fn deliver_own(inner: &Inner, records: &[Arc<Recorded>]) {
+    let Ok(mut feed) = inner.feed.lock() else {
+        return;
+    };
+    for record in records {
+        match feed.delivered {
+            Some(delivered) if record.pos.0 == delivered => feed.hand_on(inner, record.clone()),
+            Some(delivered)
+                if record.pos.0 > delivered
+                    && inner.live.receiver_count() > 0
+                    && feed.own.len() < limits::POSTGRES_OWN_RECORDS_KEPT =>
+            {
+                feed.own.insert(record.pos.0, record.clone());
+            }
+            _ => {}
         }
     }
 }
 
-pub(super) async fn follow_once(
-    inner: &Inner,
-    pool: &Pool,
-    cursor: &mut Option<u64>,
-) -> Result<(), Error> {
+pub(super) async fn follow_once(inner: &Inner, pool: &Pool) -> Result<(), Error> {
     let client = pool.get().await?;
     let row = client
         .query_one(
@@ -89,35 +125,26 @@ pub(super) async fn follow_once(
         )
         .await?;
     let next = row.get::<_, i64>(0) as u64;
-    let from = cursor.unwrap_or(next);
-    if inner.live.receiver_count() == 0 {
-        *cursor = Some(next);
-        inner.next_pos.fetch_max(next, Ordering::SeqCst);
-        if let Ok(mut own) = inner.own.lock() {
-            own.clear();
+    inner.next_pos.fetch_max(next, Ordering::SeqCst);
+    loop {
+        // What the feed still misses before `next`, up to this replica's next own record.
+        let (at, until) = {
+            let mut feed = inner.feed.lock().map_err(|_| Error::Stopped)?;
+            let at = match feed.delivered {
+                Some(at) if inner.live.receiver_count() > 0 => at,
+                // Nobody listens (or a first look): the feed starts from here.
+                _ => {
+                    feed.delivered = Some(next.max(feed.delivered.unwrap_or(0)));
+                    feed.own.clear();
+                    return Ok(());
+                }
+            };
+            let until = feed.own.keys().next().copied().unwrap_or(next).min(next);
+            (at, until)
+        };
+        if at >= until {
+            return Ok(());
         }
-        return Ok(());
-    }
-    let mut at = from;
-    while at < next {
-        // This replica's own records from memory; the others' read, a page at a time.
-        let kept = inner.own.lock().ok().and_then(|mut own| {
-            *own = own.split_off(&at);
-            own.remove(&at)
-        });
-        if let Some(record) = kept {
-            at += 1;
-            inner.next_pos.fetch_max(at, Ordering::SeqCst);
-            let _ = inner.live.send(record);
-            continue;
-        }
-        let until = inner
-            .own
-            .lock()
-            .ok()
-            .and_then(|own| own.keys().next().copied())
-            .unwrap_or(next)
-            .min(next);
         let rows = client
             .query(
                 &client
@@ -134,18 +161,17 @@ pub(super) async fn follow_once(
             )
             .await?;
         if rows.is_empty() {
-            break;
+            return Ok(());
         }
+        let mut records = Vec::with_capacity(rows.len());
         for row in rows {
             let pos = row.get::<_, i64>(0) as u64;
             let bytes: Vec<u8> = row.get(1);
-            let record = decode(&client, &bytes, JournalPos(pos), Hashing::Compute).await?;
-            at = pos + 1;
-            inner.next_pos.fetch_max(at, Ordering::SeqCst);
-            let _ = inner.live.send(Arc::new(record));
+            records.push(decode(&client, &bytes, JournalPos(pos), Hashing::Compute).await?);
+        }
+        let mut feed = inner.feed.lock().map_err(|_| Error::Stopped)?;
+        for record in records {
+            feed.hand_on(inner, Arc::new(record));
         }
     }
-    *cursor = Some(at);
-    inner.next_pos.fetch_max(at, Ordering::SeqCst);
-    Ok(())
 }

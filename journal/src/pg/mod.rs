@@ -138,8 +138,8 @@ struct Inner {
     projections: Mutex<projections::Pending>,
     /// Wakes the projections' writer.
     projections_waiting: Arc<Notify>,
-    /// This replica's appended records the follower has not handed to `live` yet.
-    own: Mutex<std::collections::BTreeMap<u64, Arc<Recorded>>>,
+    /// The live feed's next position and this replica's records waiting to go on it.
+    feed: Mutex<follower::Feed>,
     /// Wakes the follower after a local append.
     appended: Arc<Notify>,
     stats: Arc<JournalStats>,
@@ -216,7 +216,7 @@ impl PgJournal {
             heads: Mutex::new(HashMap::new()),
             next_pos: Arc::new(AtomicU64::new(next_pos)),
             live,
-            own: Mutex::new(std::collections::BTreeMap::new()),
+            feed: Mutex::new(follower::Feed::new(next_pos)),
             projections: Mutex::new(projections::Pending::default()),
             projections_waiting: Arc::new(Notify::new()),
             appended: Arc::new(Notify::new()),

@@ -95,6 +95,17 @@ impl PgJournal {
             .unwrap_or(false)
     }
 
+    /// Whether the record `(session_id, seq)` is before the stream's head as this replica
+    /// last appended to it or read it for an append (so its actor folded it).
+    pub(crate) fn seen_here(&self, session_id: &SessionId, seq: crate::ids::Seq) -> bool {
+        self.inner
+            .heads
+            .lock()
+            .ok()
+            .and_then(|heads| heads.get(session_id).map(|head| seq < head.next_seq))
+            .unwrap_or(false)
+    }
+
     /// Gives the session's lease back (a session with nothing left to do) once its
     /// last holder here lets go.
     pub(crate) fn release(&self, session_id: &SessionId) {
