@@ -73,7 +73,7 @@ async fn main() {
     std::fs::write(
         &config,
         format!(
-            "[journal]\nbackend = \"postgres\"\nurl = \"{url}\"\nlease_s = {LEASE_S}\n\n[[agents]]\nid = \"scripted\"\nharness = \"scripted\"\n"
+            "[journal]\nbackend = \"postgres\"\nurl = \"{url}\"\nlease_s = {LEASE_S}\n\n[[agents]]\nid = \"scripted\"\nharness = \"scripted\"\nretries = 1\ndelay_between_retries_s = 0\n"
         ),
     )
     .unwrap();
