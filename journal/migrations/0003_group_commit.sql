@@ -88,22 +88,27 @@ BEGIN
   -- deadlock on each other's streams), then the streams in one order.
   SELECT p.next_pos INTO v_next FROM turnstile.positions p FOR UPDATE;
   v_alive := turnstile.alive(p_owner);
-  INSERT INTO turnstile.streams (session_id, next_seq, head_hash)
-  SELECT s.s, 0, decode(repeat('00', 32), 'hex')
-    FROM unnest(p_sessions) AS s(s) ORDER BY s.s
-  ON CONFLICT (session_id) DO NOTHING;
+  -- A stream's row is made by its first append (one expecting sequence 0).
+  IF 0 = ANY (p_expected) THEN
+    INSERT INTO turnstile.streams (session_id, next_seq, head_hash)
+    SELECT s.s, 0, decode(repeat('00', 32), 'hex')
+      FROM unnest(p_sessions, p_expected) AS s(s, e) WHERE s.e = 0 ORDER BY s.s
+    ON CONFLICT (session_id) DO NOTHING;
+  END IF;
 
   WITH s AS (
     SELECT x.* FROM turnstile.streams x WHERE x.session_id = ANY (p_sessions)
      ORDER BY x.session_id FOR UPDATE),
   a AS (
-    SELECT a.i, a.asked, a.expected, a.n, s.owner AS held_by, s.lease_epoch AS held,
-           s.next_seq AS actual, s.head_hash AS hash,
+    SELECT a.i, a.asked, a.expected, a.n, s.owner AS held_by,
+           coalesce(s.lease_epoch, 0) AS held, coalesce(s.next_seq, 0) AS actual,
+           coalesce(s.head_hash, decode(repeat('00', 32), 'hex')) AS hash,
            CASE WHEN a.asked IS NULL AND s.owner IS NOT NULL AND s.owner <> p_owner
                 THEN turnstile.alive(s.owner) ELSE false END AS other_alive
       FROM unnest(p_sessions, p_epochs, p_expected, p_counts)
              WITH ORDINALITY AS a(session, asked, expected, n, i)
-      JOIN s ON s.session_id = a.session),
+      -- No row yet (an append expecting more than sequence 0): a conflict at 0.
+      LEFT JOIN s ON s.session_id = a.session),
   v AS (
     SELECT a.*,
       CASE
