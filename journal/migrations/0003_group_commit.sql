@@ -35,7 +35,7 @@ $$;
 -- other owner, …) or ('fenced', …). At most one
 -- append of a session per call (the caller's rule: the checks read each stream once).
 -- An append without a token (`p_epochs[i]` NULL) takes the session's lease when it is
--- free (kept even when its sequence conflicts, as an acquire would).
+-- free and the append is accepted.
 CREATE FUNCTION turnstile.append_batch(
     p_owner          text,
     p_sessions       text[],
@@ -144,8 +144,7 @@ BEGIN
     FROM unnest(p_sessions, p_epochs, v_epoch, v_status, p_expected, p_counts, p_head_hashes)
            AS t(session, asked, epoch, verdict, expected, n, hash)
    WHERE x.session_id = t.session
-     AND (t.verdict = 'ok'
-          OR (t.verdict = 'conflict' AND t.asked IS NULL AND x.owner IS DISTINCT FROM p_owner));
+     AND t.verdict = 'ok';
 
   -- What the records change, of the accepted appends only (`b.i` is an append's place).
   INSERT INTO turnstile.events (session_id, seq, pos, record)

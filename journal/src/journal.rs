@@ -507,6 +507,17 @@ impl Journal {
         }
     }
 
+    /// Whether the append that ended the session's last open run gave its lease back
+    /// while an actor here still holds the session (never on sled): that actor takes it
+    /// again with [`Journal::lease`] (it stays one holder) and reads the session again
+    /// before it acts (another replica may have written meanwhile).
+    pub fn lease_given_back(&self, session_id: &SessionId) -> bool {
+        match &self.backend {
+            Backend::Sled(_) => false,
+            Backend::Postgres(pg) => pg.lease_given_back(session_id),
+        }
+    }
+
     /// Gives a session's lease back (nothing left to do on it here).
     pub fn release(&self, session_id: &SessionId) {
         if let Backend::Postgres(pg) = &self.backend {

@@ -22,11 +22,14 @@ impl SessionActor {
     /// here works on are resolved as at start-up. The running run (if any) goes on; its
     /// task's batches are folded as they come, those the read already holds skipped.
     pub(super) fn ensure_fresh(&mut self, ctx: &mut Context<Self>) -> Result<(), RuntimeError> {
-        if !self.stale || self.fenced || self.remote.is_some() {
+        let retaken = self.retake_lease()?;
+        if !(self.stale || retaken) || self.fenced || self.remote.is_some() {
             return Ok(());
         }
         let state = reads::load_session(&self.shared.journal, &self.session_id)?;
-        tracing::warn!(session_id = %self.session_id, next_seq = state.next_seq, "session state read again from the journal after an append failed");
+        if self.stale {
+            tracing::warn!(session_id = %self.session_id, next_seq = state.next_seq, "session state read again from the journal after an append failed");
+        }
         self.state = state;
         self.stale = false;
         // The workspace's fold too is read again, at the next turn.
@@ -48,6 +51,29 @@ impl SessionActor {
             .fetch_sub(before - self.queue.len(), Ordering::SeqCst);
         self.resolve_open_runs(ctx);
         Ok(())
+    }
+
+    /// On a shared journal, the append that ended the session's last run gave its lease
+    /// back while this actor lived on: it takes the lease again before it acts (`true`:
+    /// the session is to be read again, another replica may have written meanwhile), or
+    /// answers for the replica that took it.
+    fn retake_lease(&mut self) -> Result<bool, RuntimeError> {
+        if !self.shared.cluster
+            || !self.leased
+            || self.fenced
+            || !self.shared.journal.lease_given_back(&self.session_id)
+        {
+            return Ok(false);
+        }
+        match self.shared.journal.lease(&self.session_id)? {
+            turnstile_journal::Lease::Held => Ok(true),
+            turnstile_journal::Lease::OwnedBy(owner) => {
+                self.shared.journal.release(&self.session_id);
+                self.leased = false;
+                self.remote = Some(owner);
+                Ok(false)
+            }
+        }
     }
 
     /// The journal could not be reached at the start: unavailable (a `503` for the

@@ -388,7 +388,20 @@ fn answer(inner: &Inner, one: Sealed, verdict: Verdict) -> Option<Request> {
             let _ = one.request.reply.send(Err(error));
             return None;
         }
-        _ => hold(inner, &session_id, verdict.epoch, verdict.released),
+        "ok" => hold(inner, &session_id, verdict.epoch, verdict.released),
+        // Another replica wrote after this one gave the lease back: what the actors
+        // here know is behind, so as a lost lease (nothing written; the lease stays free).
+        _ if one.given_back => {
+            if let Ok(mut leases) = inner.leases.lock() {
+                leases.insert(session_id.clone(), LeaseState::Lost);
+            }
+            let error = Error::Fenced {
+                session_id: session_id.to_string(),
+            };
+            let _ = one.request.reply.send(Err(error));
+            return None;
+        }
+        _ => {}
     }
     if verdict.status == "conflict" {
         let last_hash: Hash = verdict.head_hash.unwrap_or([0; 32]);

@@ -58,8 +58,9 @@ impl PgJournal {
                             *holders += 1;
                             *held = (*held).max(epoch);
                         }
+                        // Taken again by an actor that held it (`Journal::retake`).
                         Some(LeaseState::Released { holders }) => {
-                            let holders = *holders + 1;
+                            let holders = *holders;
                             leases.insert(session_id.clone(), LeaseState::Held { epoch, holders });
                         }
                         _ => {
@@ -79,6 +80,16 @@ impl PgJournal {
                 session_id: session_id.to_string(),
             }),
         }
+    }
+
+    /// Whether the append that ended the session's last run gave its lease back while
+    /// actors here still hold it.
+    pub(crate) fn lease_given_back(&self, session_id: &SessionId) -> bool {
+        self.inner
+            .leases
+            .lock()
+            .map(|leases| matches!(leases.get(session_id), Some(LeaseState::Released { .. })))
+            .unwrap_or(false)
     }
 
     /// Whether this replica holds the session's lease now.
