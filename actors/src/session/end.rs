@@ -90,6 +90,11 @@ impl SessionActor {
                         }
                     }
                     actor.pump(ctx);
+                    if actor.shared.cluster && actor.idle_now() {
+                        // Its end gave the session's lease back: the actor goes with it
+                        // (its next turn may be taken by any replica at once).
+                        ctx.stop();
+                    }
                 }),
         );
     }
@@ -194,10 +199,5 @@ impl Handler<RunFinishedMsg> for SessionActor {
             return;
         }
         self.end_run(finished.run_id, finished.terminal, Some(finished.slot), ctx);
-        if self.shared.cluster && self.idle_now() {
-            // On a shared journal the session is given back as its last run ends, not at
-            // the next idle check: its next turn may come to another replica at once.
-            ctx.stop();
-        }
     }
 }
