@@ -283,11 +283,8 @@ impl Journal {
         }
     }
 
-    /// The next sequence of a session's stream as committed: on PostgreSQL the stream's
-    /// head row, on sled [`Journal::session_next_seq`]. Every committed record is
-    /// readable at once on both (PostgreSQL gives positions in the appending
-    /// transaction), so this equals [`Journal::session_next_seq`]; the fault search
-    /// checks that it does.
+    /// The next sequence of a session's stream as committed (PostgreSQL: its head row);
+    /// equal to [`Journal::session_next_seq`], every committed record being readable.
     pub fn session_committed_seq(&self, session_id: &SessionId) -> Result<Seq, Error> {
         match &self.backend {
             Backend::Sled(sled) => sled.session_next_seq(session_id),
@@ -440,12 +437,10 @@ impl Journal {
         Ok(Ok(()))
     }
 
-    /// Frees what the embedded store retired and has not freed yet. sled frees the old
-    /// versions of its pages through epoch-based reclamation, a few batches at a time as
-    /// later operations pass by, so after a burst of writes a backlog of them (tens of
-    /// MiB after 100,000 sessions) waits for the next burst. Bounded work:
-    /// [`limits::GARBAGE_FLUSHES_MAX`](limits::GARBAGE_FLUSHES_MAX) flushes
-    /// (~0.1 ms). Nothing to do on PostgreSQL.
+    /// Frees what the embedded store retired and has not freed yet (sled's epoch-based
+    /// reclamation leaves tens of MiB after a burst of 100,000 sessions). Bounded work:
+    /// [`limits::GARBAGE_FLUSHES_MAX`](limits::GARBAGE_FLUSHES_MAX) flushes (~0.1 ms).
+    /// Nothing to do on PostgreSQL.
     pub fn release_garbage(&self) {
         if let Backend::Sled(_) = &self.backend {
             for _ in 0..limits::GARBAGE_FLUSHES_MAX {
@@ -454,18 +449,15 @@ impl Journal {
         }
     }
 
-    /// Makes `call` on the threads of the journal's own that allocate long-lived memory
-    /// (sled's committer), after what is queued there: the allocator's collect, so that
-    /// the pages they freed go back to the system
-    /// (the runtime's `release_memory`). Nothing on PostgreSQL.
+    /// Makes `call` on sled's committer thread after what is queued there (the runtime's
+    /// `release_memory`: the allocator's collect). Nothing on PostgreSQL.
     pub fn call_on_writer_threads(&self, call: fn()) {
         if let Backend::Sled(sled) = &self.backend {
             sled.call_on_committer(call);
         }
     }
 
-    /// Whether other processes may share this journal (PostgreSQL): sessions are then
-    /// leased, one replica at a time.
+    /// Whether other processes may share this journal (PostgreSQL; sessions are leased).
     pub fn is_shared(&self) -> bool {
         matches!(self.backend, Backend::Postgres(_))
     }
@@ -497,9 +489,8 @@ impl Journal {
         }
     }
 
-    /// Whether a session's record at `seq` is one this process's actors have seen:
-    /// appended here, or before the stream's head as this process last appended to it
-    /// (always on sled). A follower of the others' records skips these.
+    /// Whether this process's actors saw a session's record at `seq` (before the head
+    /// they last appended at; always on sled).
     pub fn seen_here(&self, session_id: &SessionId, seq: Seq) -> bool {
         match &self.backend {
             Backend::Sled(_) => true,
@@ -507,10 +498,9 @@ impl Journal {
         }
     }
 
-    /// Whether the append that ended the session's last open run gave its lease back
-    /// while an actor here still holds the session (never on sled): that actor takes it
-    /// again with [`Journal::lease`] (it stays one holder) and reads the session again
-    /// before it acts (another replica may have written meanwhile).
+    /// Whether the append that ended the session's last run gave its lease back while an
+    /// actor here holds it (never on sled): that actor takes it again ([`Journal::lease`])
+    /// and reads the session again before it acts.
     pub fn lease_given_back(&self, session_id: &SessionId) -> bool {
         match &self.backend {
             Backend::Sled(_) => false,

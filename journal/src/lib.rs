@@ -41,6 +41,7 @@ pub use files::{ChangeKind, FileChange, FileEntry, FileKind, SnapshotPoint};
 pub use ids::{EventIndex, IdError, JournalPos, RunId, Seq, SessionId};
 pub use journal::Journal;
 pub use pg::PostgresOptions;
+pub use pg::baseline::insert_round_trips as postgres_insert_round_trips;
 pub use subscription::Subscription;
 pub use types::{
     AgentRun, AppendQueueFull, AppendResult, Command, Conflict, Expected, IndexedStatus,

@@ -91,42 +91,18 @@ async fn one_appender(journal: &Journal, seconds: f64, round: usize) -> Vec<Dura
     latencies
 }
 
-/// Latencies of the database's own single-row `INSERT` of a record's size, autocommit
-/// (one round trip, one commit, one WAL flush), for `seconds`.
-async fn single_row_inserts(client: &tokio_postgres::Client, seconds: f64) -> Vec<Duration> {
-    let insert = client
-        .prepare("INSERT INTO bench_insert (body) VALUES ($1)")
-        .await
-        .unwrap();
-    let body = vec![7u8; 400];
-    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
-    let mut latencies = Vec::new();
-    while Instant::now() < deadline {
-        let started = Instant::now();
-        client.execute(&insert, &[&body]).await.unwrap();
-        latencies.push(started.elapsed());
-    }
-    latencies
-}
-
 /// One appender's p50 append beside the p50 single-row `INSERT`, in interleaved rounds.
 async fn one_appender_beside_insert(url: &str, seconds: u64) -> (Duration, Duration) {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
-        .batch_execute(
-            "CREATE TABLE IF NOT EXISTS bench_insert (id bigserial PRIMARY KEY, body bytea NOT NULL)",
-        )
-        .await
-        .unwrap();
     let journal =
         Journal::open_postgres(&PostgresOptions::new(url), JournalOptions::default()).unwrap();
     let (mut appends, mut inserts) = (Vec::new(), Vec::new());
     let round = seconds as f64 / 4.0;
     for n in 0..4 {
-        inserts.extend(single_row_inserts(&client, round).await);
+        inserts.extend(
+            turnstile_journal::postgres_insert_round_trips(url, round)
+                .await
+                .unwrap(),
+        );
         appends.extend(one_appender(&journal, round, n).await);
     }
     journal.close().unwrap();
@@ -338,7 +314,7 @@ async fn main() {
         let pg_rate = events_per_second(pg.clone(), seconds).await;
         let stats = pg.stats();
         println!(
-            "PostgreSQL appends: {}, {:.2} ms each on average (append and position)",
+            "PostgreSQL appends: {}, {:.2} ms of batch time each on average",
             stats.appends,
             stats.sync_us_total as f64 / stats.appends.max(1) as f64 / 1000.0
         );

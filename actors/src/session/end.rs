@@ -90,11 +90,7 @@ impl SessionActor {
                         }
                     }
                     actor.pump(ctx);
-                    if actor.shared.cluster && actor.idle_now() {
-                        // Its end gave the session's lease back: the actor goes with it
-                        // (its next turn may be taken by any replica at once).
-                        ctx.stop();
-                    }
+                    actor.stop_if_given_back(ctx);
                 }),
         );
     }

@@ -204,6 +204,14 @@ impl SessionActor {
 }
 
 impl SessionActor {
+    /// On a shared journal, stops an idle actor whose run's end gave the session's lease
+    /// back: its next turn may be taken by any replica at once.
+    pub(super) fn stop_if_given_back(&self, ctx: &mut Context<Self>) {
+        if self.shared.cluster && self.idle_now() {
+            ctx.stop();
+        }
+    }
+
     /// Whether this actor has nothing to do and may stop (giving the session back).
     pub(super) fn idle_now(&self) -> bool {
         // A stale actor stays to resolve what the failure interrupted (its heal), but

@@ -24,10 +24,9 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-/// What a batch gives back to the appender when it is done: its sessions (free for
-/// their next append) and the requests to send again (sealed on a stale cached head).
+/// What a batch gives back to the appender when it is done: the requests to send again
+/// (sealed on a stale cached head). Its sessions are free for their next append then.
 struct Landed {
-    sessions: Vec<SessionId>,
     again: Vec<Request>,
 }
 
@@ -76,7 +75,6 @@ pub(super) async fn appender(inner: Weak<Inner>, mut receiver: mpsc::Receiver<Re
                     for request in landed.again.into_iter().rev() {
                         waiting.push_front(request);
                     }
-                    drop(landed.sessions);
                 }
                 // A batch that panicked answered nothing: its requests' callers see the
                 // journal stopped (their reply channels are gone).
@@ -113,7 +111,6 @@ fn take_batch(waiting: &mut VecDeque<Request>, in_flight: &HashSet<&SessionId>) 
 }
 
 async fn send_batch(inner: Arc<Inner>, requests: Vec<Request>) -> Landed {
-    let sessions = requests.iter().map(|r| r.session_id.clone()).collect();
     let again = match inner.pool.get().await {
         Ok(client) => append_batch(&inner, &client, requests).await,
         Err(error) => {
@@ -124,7 +121,7 @@ async fn send_batch(inner: Arc<Inner>, requests: Vec<Request>) -> Landed {
             Vec::new()
         }
     };
-    Landed { sessions, again }
+    Landed { again }
 }
 
 /// The same failure for each request of a batch that failed whole.
@@ -317,18 +314,7 @@ fn seal(inner: &Inner, request: Request, batch: &mut Batch) -> Option<Sealed> {
             return None;
         }
     };
-    let mut records = Vec::with_capacity(sealed.len());
-    let mut blobs = Vec::new();
-    let mut sizes = Vec::with_capacity(sealed.len());
-    for (one, event) in sealed.iter_mut().zip(&request.events) {
-        let mut size = one.bytes.len();
-        if let Some((digest, apart)) = &event.apart {
-            size += apart.len();
-            blobs.push((digest.to_vec(), apart.clone()));
-        }
-        sizes.push(size);
-        records.push(std::mem::take(&mut one.bytes));
-    }
+    let (records, blobs, sizes) = take_bytes(&mut sealed, &request.events);
     batch.push(
         Part {
             session_id,
@@ -354,80 +340,101 @@ fn seal(inner: &Inner, request: Request, batch: &mut Batch) -> Option<Sealed> {
     })
 }
 
+/// The sealed records' bytes (moved out), the events stored apart, and each record's
+/// size with what it stores apart.
+#[allow(clippy::type_complexity)]
+fn take_bytes(
+    sealed: &mut [chain::Sealed],
+    events: &[crate::codec::EncodedEvent],
+) -> (Vec<Vec<u8>>, Vec<(Vec<u8>, Vec<u8>)>, Vec<usize>) {
+    let mut records = Vec::with_capacity(sealed.len());
+    let mut blobs = Vec::new();
+    let mut sizes = Vec::with_capacity(sealed.len());
+    for (one, event) in sealed.iter_mut().zip(events) {
+        let mut size = one.bytes.len();
+        if let Some((digest, apart)) = &event.apart {
+            size += apart.len();
+            blobs.push((digest.to_vec(), apart.clone()));
+        }
+        sizes.push(size);
+        records.push(std::mem::take(&mut one.bytes));
+    }
+    (records, blobs, sizes)
+}
+
 /// Answers one request by its verdict; returns it when it is to be sent again.
 fn answer(inner: &Inner, one: Sealed, verdict: Verdict) -> Option<Request> {
-    let session_id = one.request.session_id.clone();
     match verdict.status.as_str() {
-        // Another replica took the session after this one gave it back: for the actors
-        // here that held it, as a lost lease (nothing written; they stop).
-        "owned" if one.given_back => {
-            if let Ok(mut leases) = inner.leases.lock() {
-                leases.insert(session_id.clone(), LeaseState::Lost);
-            }
-            let error = Error::Fenced {
-                session_id: session_id.to_string(),
-            };
-            let _ = one.request.reply.send(Err(error));
-            return None;
+        "ok" => {
+            hold(
+                inner,
+                &one.request.session_id,
+                verdict.epoch,
+                verdict.released,
+            );
+            accepted(inner, one, &verdict);
+            None
         }
+        // Fenced; or another replica took the session, or wrote to it, after this one
+        // gave the lease back: what the actors here know is behind, so for them a lost
+        // lease (nothing written; they stop, and the lease stays as it is).
+        "fenced" => lost(inner, one),
+        _ if one.given_back => lost(inner, one),
         "owned" => {
             let error = Error::Owned {
-                session_id: session_id.to_string(),
+                session_id: one.request.session_id.to_string(),
                 owner: verdict.owner.unwrap_or_default(),
             };
             let _ = one.request.reply.send(Err(error));
-            return None;
+            None
         }
-        "fenced" => {
-            if let Ok(mut leases) = inner.leases.lock() {
-                leases.insert(session_id.clone(), LeaseState::Lost);
-            }
-            let error = Error::Fenced {
-                session_id: session_id.to_string(),
-            };
-            let _ = one.request.reply.send(Err(error));
-            return None;
-        }
-        "ok" => hold(inner, &session_id, verdict.epoch, verdict.released),
-        // Another replica wrote after this one gave the lease back: what the actors
-        // here know is behind, so as a lost lease (nothing written; the lease stays free).
-        _ if one.given_back => {
-            if let Ok(mut leases) = inner.leases.lock() {
-                leases.insert(session_id.clone(), LeaseState::Lost);
-            }
-            let error = Error::Fenced {
-                session_id: session_id.to_string(),
-            };
-            let _ = one.request.reply.send(Err(error));
-            return None;
-        }
-        _ => {}
+        _ => conflicted(inner, one, &verdict),
     }
-    if verdict.status == "conflict" {
-        let last_hash: Hash = verdict.head_hash.unwrap_or([0; 32]);
-        let actual = verdict.next_seq;
-        remember(
-            inner,
-            &session_id,
-            Head {
-                next_seq: actual,
-                last_hash,
-            },
-        );
-        return match one.request.expected {
-            Expected::Next(expected) if expected != actual => {
-                let conflict = Conflict {
-                    session_id,
-                    expected,
-                    actual,
-                };
-                let _ = one.request.reply.send(Ok(Err(conflict)));
-                None
-            }
-            // Sealed on a stale cached head: again, on the real one.
-            _ => Some(one.request),
-        };
+}
+
+/// A lost lease: appends of the session are refused here until it is taken again.
+fn lost(inner: &Inner, one: Sealed) -> Option<Request> {
+    let session_id = &one.request.session_id;
+    if let Ok(mut leases) = inner.leases.lock() {
+        leases.insert(session_id.clone(), LeaseState::Lost);
     }
+    let error = Error::Fenced {
+        session_id: session_id.to_string(),
+    };
+    let _ = one.request.reply.send(Err(error));
+    None
+}
+
+/// A conflict: the caller's, or (sealed on a stale cached head) sent again.
+fn conflicted(inner: &Inner, one: Sealed, verdict: &Verdict) -> Option<Request> {
+    let session_id = one.request.session_id.clone();
+    let actual = verdict.next_seq;
+    let last_hash: Hash = verdict.head_hash.unwrap_or([0; 32]);
+    remember(
+        inner,
+        &session_id,
+        Head {
+            next_seq: actual,
+            last_hash,
+        },
+    );
+    match one.request.expected {
+        Expected::Next(expected) if expected != actual => {
+            let conflict = Conflict {
+                session_id,
+                expected,
+                actual,
+            };
+            let _ = one.request.reply.send(Ok(Err(conflict)));
+            None
+        }
+        _ => Some(one.request),
+    }
+}
+
+/// The records of an accepted append, at their positions: to the caller and the feed.
+fn accepted(inner: &Inner, one: Sealed, verdict: &Verdict) {
+    let session_id = one.request.session_id.clone();
     remember(inner, &session_id, one.at);
     let first_pos = verdict.first_pos.unwrap_or(0);
     let count = one.sealed.len() as u64;
@@ -455,7 +462,6 @@ fn answer(inner: &Inner, one: Sealed, verdict: Verdict) -> Option<Request> {
         .collect();
     deliver_own(inner, &records);
     let _ = one.request.reply.send(Ok(Ok(records)));
-    None
 }
 
 /// Records the lease's fencing token after an append the database let through (or that

@@ -53,6 +53,7 @@ use tokio_postgres::NoTls;
 
 mod append;
 mod audit;
+pub(crate) mod baseline;
 mod batch;
 mod errors;
 mod follower;
