@@ -22,7 +22,7 @@ impl SessionActor {
     /// here works on are resolved as at start-up. The running run (if any) goes on; its
     /// task's batches are folded as they come, those the read already holds skipped.
     pub(super) fn ensure_fresh(&mut self, ctx: &mut Context<Self>) -> Result<(), RuntimeError> {
-        let retaken = self.retake_lease()?;
+        let retaken = self.retake_lease(ctx)?;
         if !(self.stale || retaken) || self.fenced || self.remote.is_some() {
             return Ok(());
         }
@@ -56,8 +56,8 @@ impl SessionActor {
     /// On a shared journal, the append that ended the session's last run gave its lease
     /// back while this actor lived on: it takes the lease again before it acts (`true`:
     /// the session is to be read again, another replica may have written meanwhile), or
-    /// answers for the replica that took it.
-    fn retake_lease(&mut self) -> Result<bool, RuntimeError> {
+    /// answers for the replica that took it from now on (`Elsewhere`).
+    fn retake_lease(&mut self, ctx: &mut Context<Self>) -> Result<bool, RuntimeError> {
         if !self.shared.cluster
             || !self.leased
             || self.fenced
@@ -70,8 +70,8 @@ impl SessionActor {
             turnstile_journal::Lease::OwnedBy(owner) => {
                 self.shared.journal.release(&self.session_id);
                 self.leased = false;
-                self.remote = Some(owner);
-                Ok(false)
+                self.remote = Some(owner.clone());
+                Err(self.elsewhere(&owner, ctx))
             }
         }
     }
