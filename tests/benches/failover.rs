@@ -14,7 +14,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use turnstile_tests::{Server, http_client, knob, median};
+use turnstile_tests::{Server, knob, median, post_form, post_form_json};
 
 const LEASE_S: u64 = 3;
 
@@ -50,18 +50,6 @@ fn attempt_started(
         .and_then(|record| record["ts_us"].as_i64())
 }
 
-async fn status(server: &Server, session: &str, run_id: &str) -> Option<Value> {
-    let response = http_client()
-        .get(format!(
-            "{}/agents/scripted/runs/{run_id}?session_id={session}",
-            server.base
-        ))
-        .send()
-        .await
-        .ok()?;
-    response.json().await.ok()
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let kills = knob("BENCH_KILLS", 20);
@@ -81,25 +69,21 @@ async fn main() {
     // Each on a port of its own, so a name of its own (`host:port`).
     let start = |name: String| Server::start_with(&dir.path().join(&name), &["--config", &config]);
     let b = start("b".into());
-    let client = http_client();
     let mut takeovers = Vec::new();
     for kill in 0..kills {
         let a = start(format!("a{kill}"));
         let session = format!("failover-{kill}");
-        let accepted: Value = client
-            .post(format!("{}/agents/scripted/runs", a.base))
-            .form(&[
+        let accepted = post_form_json(
+            &a,
+            "/agents/scripted/runs",
+            &[
                 ("message", "/sleep 600000\nend"),
                 ("session_id", session.as_str()),
                 ("stream", "false"),
                 ("background", "true"),
-            ])
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+            ],
+        )
+        .await;
         let run_id = accepted["run_id"].as_str().unwrap().to_owned();
         while attempt_started(dir.path(), &config, &session, 1).is_none() {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -125,12 +109,13 @@ async fn main() {
             took.as_secs_f64()
         );
         takeovers.push(took);
-        let _ = client
-            .post(format!("{}/agents/scripted/runs/{run_id}/cancel", b.base))
-            .form(&[("session_id", session.as_str())])
-            .send()
-            .await;
-        let _ = status(&b, &session, &run_id).await;
+        // Frees the slot on B for the next kill's run.
+        post_form(
+            &b,
+            &format!("/agents/scripted/runs/{run_id}/cancel"),
+            &[("session_id", session.as_str())],
+        )
+        .await;
     }
     let mut sorted = takeovers.clone();
     sorted.sort();

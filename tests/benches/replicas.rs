@@ -109,6 +109,24 @@ async fn one_appender_beside_insert(url: &str, seconds: u64) -> (Duration, Durat
     (median(appends), median(inserts))
 }
 
+/// One quick turn (`hi`, `stream=false`) on `session`, which completes.
+async fn quick_turn(client: &reqwest::Client, base: &str, session: &str) {
+    let run: Value = client
+        .post(format!("{base}/agents/scripted/runs"))
+        .form(&[
+            ("message", "hi"),
+            ("session_id", session),
+            ("stream", "false"),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["status"], "COMPLETED", "{run}");
+}
+
 /// The p50 of `turns` turns on one session, each on the next of `servers` in turn.
 async fn turn_latency(servers: &[&Server], session: &str, turns: usize) -> Duration {
     let client = http_client();
@@ -116,20 +134,7 @@ async fn turn_latency(servers: &[&Server], session: &str, turns: usize) -> Durat
     for n in 0..turns {
         let base = &servers[n % servers.len()].base;
         let started = Instant::now();
-        let run: Value = client
-            .post(format!("{base}/agents/scripted/runs"))
-            .form(&[
-                ("message", "hi"),
-                ("session_id", session),
-                ("stream", "false"),
-            ])
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        assert_eq!(run["status"], "COMPLETED", "{run}");
+        quick_turn(&client, base, session).await;
         // The first turn creates the session on either.
         if n > 0 {
             latencies.push(started.elapsed());
@@ -163,20 +168,7 @@ async fn turns_per_second(servers: &[&Server], seconds: u64) -> f64 {
                 while Instant::now() < deadline {
                     let session = format!("t{n}-{turn}");
                     turn += 1;
-                    let run: Value = client
-                        .post(format!("{base}/agents/scripted/runs"))
-                        .form(&[
-                            ("message", "hi"),
-                            ("session_id", &session),
-                            ("stream", "false"),
-                        ])
-                        .send()
-                        .await
-                        .unwrap()
-                        .json()
-                        .await
-                        .unwrap();
-                    assert_eq!(run["status"], "COMPLETED", "{run}");
+                    quick_turn(&client, &base, &session).await;
                     done.fetch_add(1, Ordering::Relaxed);
                 }
             })

@@ -1,7 +1,8 @@
 //! The PostgreSQL backend: one journal that several processes can share.
 //! This file opens the journal and holds what every part shares; `schema` has the
-//! migrations, `append` the appenders, `follower` the positions other processes give,
-//! `reads` the readers, `replicas` the heartbeat and leases, `inbox` the commands and
+//! migrations, `append` the appender (group commit) and `batch` one batch's call,
+//! `follower` the live feed in position order, `projections` the stored projections
+//! written behind, `baseline` the database's own single-row INSERT, `reads` the readers, `replicas` the heartbeat and leases, `inbox` the commands and
 //! notifications between replicas, `audit` the verification, `import` the importer,
 //! `errors` how the driver's failures map to the journal's.
 //!
