@@ -196,7 +196,6 @@ async fn append_batch(
         inner
             .stats
             .record_sync(started.elapsed().as_micros() as u64, appended);
-        inner.appended.notify_one();
     }
     again
 }
@@ -460,7 +459,10 @@ fn accepted(inner: &Inner, one: Sealed, verdict: &Verdict) {
             ))
         })
         .collect();
-    deliver_own(inner, &records);
+    // Others' records before these: the follower reads them (and then hands these on).
+    if deliver_own(inner, &records) {
+        inner.appended.notify_one();
+    }
     let _ = one.request.reply.send(Ok(Ok(records)));
 }
 

@@ -49,6 +49,7 @@ pub(super) async fn follower(inner: std::sync::Weak<Inner>) {
 async fn grown(notices: &mut broadcast::Receiver<Notice>) {
     loop {
         match notices.recv().await {
+            Ok(notice) if notice.own => {}
             Ok(notice) if notice.channel == EVENTS_CHANNEL || notice.channel == RESYNC => return,
             Ok(_) => {}
             Err(broadcast::error::RecvError::Lagged(_)) => return,
@@ -94,12 +95,15 @@ impl Feed {
 /// This replica's own appended records: on the live feed at once when nothing is
 /// before them, else kept for the follower, which hands them on in position order
 /// after the others' records before them without reading them back (kept only while
-/// the feed has receivers, and bounded: past the bound they are read back).
-pub(super) fn deliver_own(inner: &Inner, records: &[Arc<Recorded>]) {
+/// the feed has receivers, and bounded: past the bound they are read back). Answers
+/// whether the follower has work: records of others before these (a gap).
+pub(super) fn deliver_own(inner: &Inner, records: &[Arc<Recorded>]) -> bool {
     let Ok(mut feed) = inner.feed.lock() else {
-        return;
+        return true;
     };
+    let mut gap = false;
     for record in records {
+        gap |= feed.delivered != Some(record.pos.0);
         match feed.delivered {
             Some(delivered) if record.pos.0 == delivered => feed.hand_on(inner, record.clone()),
             Some(delivered)
@@ -112,6 +116,7 @@ pub(super) fn deliver_own(inner: &Inner, records: &[Arc<Recorded>]) {
             _ => {}
         }
     }
+    gap
 }
 
 pub(super) async fn follow_once(inner: &Inner, pool: &Pool) -> Result<(), Error> {

@@ -189,6 +189,9 @@ impl PgJournal {
 pub(crate) struct Notice {
     pub(super) channel: String,
     pub(super) payload: String,
+    /// This replica's own `turnstile_events`, handed on locally (the database's copy of
+    /// it is dropped): it wakes local waiters, not the follower (nothing new to read).
+    pub(super) own: bool,
 }
 
 /// Commands for a replica (payload: its id).
@@ -197,6 +200,8 @@ pub(super) const INBOX_CHANNEL: &str = "turnstile_inbox";
 pub(super) const REPLIES_CHANNEL: &str = "turnstile_replies";
 /// Streams that grew (payload: session ids, comma-separated).
 pub(super) const EVENTS_CHANNEL: &str = "turnstile_events";
+/// A replica registered (payload: its id): the others notify from then on.
+pub(super) const REPLICAS_CHANNEL: &str = "turnstile_replicas";
 /// Not a database channel: the listening connection came back, so notifications may
 /// have been missed.
 pub(super) const RESYNC: &str = "";
@@ -222,11 +227,14 @@ pub(super) async fn notify(client: &deadpool_postgres::Client, channel: &str, pa
 }
 
 /// Announces the sessions this replica appended to: at once, with every session
-/// appended to while the last notification was on its way.
+/// appended to while the last notification was on its way; to this replica's own
+/// waiters first, then, on a connection of its own (whose notifications this replica's
+/// listener drops), to the others.
 pub(super) async fn notifier(
     inner: std::sync::Weak<Inner>,
     mut touched: mpsc::UnboundedReceiver<SessionId>,
 ) {
+    let mut own: Option<tokio_postgres::Client> = None;
     while let Some(first) = touched.recv().await {
         let mut sessions = std::collections::BTreeSet::from([first.as_str().to_owned()]);
         while let Ok(more) = touched.try_recv() {
@@ -235,23 +243,67 @@ pub(super) async fn notifier(
         let Some(inner) = inner.upgrade() else {
             return;
         };
-        let Ok(client) = inner.pool.get().await else {
-            continue;
-        };
         // A payload holds at most 8,000 bytes.
-        let mut payload = String::new();
+        let mut payloads = vec![String::new()];
         for session in sessions {
-            if payload.len() + session.len() + 1 > 7_900 {
-                notify(&client, EVENTS_CHANNEL, &payload).await;
-                payload.clear();
+            let payload = payloads.last_mut().expect("one at least");
+            if !payload.is_empty() && payload.len() + session.len() + 1 > 7_900 {
+                payloads.push(session);
+                continue;
             }
             if !payload.is_empty() {
                 payload.push(',');
             }
             payload.push_str(&session);
         }
-        notify(&client, EVENTS_CHANNEL, &payload).await;
+        for payload in &payloads {
+            let _ = inner.notices.send(Notice {
+                channel: EVENTS_CHANNEL.into(),
+                payload: payload.clone(),
+                own: true,
+            });
+        }
+        // Alone: nobody else listens (a replica that starts says so at once).
+        if !inner.others.load(Ordering::SeqCst) {
+            continue;
+        }
+        let client = match own.take() {
+            Some(client) if !client.is_closed() => client,
+            _ => match notifying_connection(&inner).await {
+                Ok(client) => client,
+                Err(error) => {
+                    tracing::debug!(%error, "no connection to notify on (the others poll)");
+                    continue;
+                }
+            },
+        };
+        for payload in &payloads {
+            let sent = client
+                .execute(
+                    "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)",
+                    &[&EVENTS_CHANNEL, payload],
+                )
+                .await;
+            if let Err(error) = sent {
+                tracing::debug!(%error, "a notification was not sent (the others poll)");
+            }
+        }
+        own = Some(client);
     }
+}
+
+/// The notifier's own connection; its server process id is kept, so the listener knows
+/// this replica's notifications when they come back.
+async fn notifying_connection(inner: &Inner) -> Result<tokio_postgres::Client, Error> {
+    let (client, connection) = inner.config.connect(NoTls).await?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let row = client.query_one("SELECT pg_backend_pid()", &[]).await?;
+    inner
+        .notifier_pid
+        .store(row.get::<_, i32>(0), Ordering::SeqCst);
+    Ok(client)
 }
 
 /// One connection of its own, outside the pool, that LISTENs and hands notifications
@@ -269,31 +321,52 @@ pub(super) async fn listener(inner: std::sync::Weak<Inner>) {
                         futures::stream::poll_fn(move |cx| connection.poll_message(cx));
                     while let Some(Ok(message)) = futures::StreamExt::next(&mut messages).await {
                         if let tokio_postgres::AsyncMessage::Notification(notification) = message {
-                            let _ = sender.send(Notice {
-                                channel: notification.channel().to_owned(),
-                                payload: notification.payload().to_owned(),
-                            });
+                            let _ = sender.send((
+                                notification.process_id(),
+                                Notice {
+                                    channel: notification.channel().to_owned(),
+                                    payload: notification.payload().to_owned(),
+                                    own: false,
+                                },
+                            ));
                         }
                     }
                 });
                 let listening = client
                     .batch_execute(&format!(
-                        "LISTEN {INBOX_CHANNEL}; LISTEN {REPLIES_CHANNEL}; LISTEN {EVENTS_CHANNEL}"
+                        "LISTEN {INBOX_CHANNEL}; LISTEN {REPLIES_CHANNEL}; LISTEN {EVENTS_CHANNEL}; \
+                         LISTEN {REPLICAS_CHANNEL}"
                     ))
                     .await;
                 if listening.is_ok() {
                     if let Some(inner) = inner.upgrade() {
+                        // A replica may have started meanwhile.
+                        inner.others.store(true, Ordering::SeqCst);
                         let _ = inner.notices.send(Notice {
                             channel: RESYNC.into(),
                             payload: String::new(),
+                            own: false,
                         });
                     }
-                    while let Some(notice) = received.recv().await {
+                    while let Some((sender, notice)) = received.recv().await {
                         let Some(inner) = inner.upgrade() else {
                             return;
                         };
                         if inner.closed.load(Ordering::SeqCst) {
                             return;
+                        }
+                        if notice.channel == REPLICAS_CHANNEL {
+                            let me = inner.replica_id.lock().map(|id| id.clone());
+                            if me.is_ok_and(|me| me != notice.payload) {
+                                inner.others.store(true, Ordering::SeqCst);
+                            }
+                            continue;
+                        }
+                        // This replica's own, handed on locally already.
+                        if notice.channel == EVENTS_CHANNEL
+                            && sender == inner.notifier_pid.load(Ordering::SeqCst)
+                        {
+                            continue;
                         }
                         let _ = inner.notices.send(notice);
                     }

@@ -130,8 +130,14 @@ struct Inner {
     lapses: tokio::sync::watch::Sender<u64>,
     /// Notifications from the database (LISTEN): a hint that something changed.
     notices: broadcast::Sender<Notice>,
-    /// Sessions appended to here, for the debounced `turnstile_events` notification.
+    /// Sessions appended to here, for the `turnstile_events` notification.
     touched: mpsc::UnboundedSender<SessionId>,
+    /// The server process id of the notifier's connection (its notifications come back
+    /// to this replica's listener, which drops them).
+    notifier_pid: std::sync::atomic::AtomicI32,
+    /// Other replicas are alive (as of the last heartbeat, or one said it started):
+    /// this one's appends are notified to them. Alone, nobody listens.
+    others: AtomicBool,
     /// The connection settings, for the listening connection.
     config: tokio_postgres::Config,
     next_pos: Arc<AtomicU64>,
@@ -142,7 +148,7 @@ struct Inner {
     projections_waiting: Arc<Notify>,
     /// The live feed's next position and this replica's records waiting to go on it.
     feed: Mutex<follower::Feed>,
-    /// Wakes the follower after a local append.
+    /// Wakes the follower after a local append that found others' records before it.
     appended: Arc<Notify>,
     stats: Arc<JournalStats>,
     max_event_bytes: usize,
@@ -234,6 +240,8 @@ impl PgJournal {
             lapses: tokio::sync::watch::channel(0).0,
             notices: broadcast::channel(1024).0,
             touched: touched_sender,
+            notifier_pid: std::sync::atomic::AtomicI32::new(0),
+            others: AtomicBool::new(true),
             config: listen_config,
         });
         let (sender, receiver) = mpsc::channel(limits::APPEND_QUEUE_REQUESTS_MAX);

@@ -237,6 +237,13 @@ pub(super) async fn register(
             &[&replica_id, &name, &interval_ms(lease)],
         )
         .await?;
+    // The others notify their appends from now on (a replica alone does not).
+    client
+        .execute(
+            "SELECT pg_notify($1, $2)",
+            &[&crate::pg::inbox::REPLICAS_CHANNEL, &replica_id],
+        )
+        .await?;
     Ok(())
 }
 
@@ -282,22 +289,27 @@ pub(super) async fn heartbeat(inner: std::sync::Weak<Inner>) {
                     client
                 }
             };
+            // With whether other replicas are alive (they listen for this one's appends).
             let rows = client
                 .query(
                     "UPDATE turnstile.replicas SET expires_at = now() + $2 * interval '1 millisecond' \
-                     WHERE replica_id = $1 AND expires_at > now() RETURNING 1",
+                     WHERE replica_id = $1 AND expires_at > now() \
+                     RETURNING EXISTS (SELECT 1 FROM turnstile.replicas o \
+                                        WHERE o.replica_id <> $1 AND o.expires_at > now())",
                     &[&me, &interval_ms(lease)],
                 )
                 .await?;
-            Ok::<_, Error>((!rows.is_empty(), client))
+            let others = rows.first().map(|row| row.get::<_, bool>(0));
+            Ok::<_, Error>((others, client))
         })
         .await;
         match renewed {
-            Ok(Ok((true, client))) => {
+            Ok(Ok((Some(others), client))) => {
+                inner.others.store(others, Ordering::SeqCst);
                 own = Some(client);
                 last_good = sent;
             }
-            Ok(Ok((false, client))) => {
+            Ok(Ok((None, client))) => {
                 lapse(&inner, &client, "the database says its heartbeat expired").await;
                 own = Some(client);
             }

@@ -20,6 +20,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "group commit: appends of many sessions in one transaction, positioned in it",
         include_str!("../../migrations/0003_group_commit.sql"),
     ),
+    (
+        4,
+        "a batch of one append by scalar statements; turnstile.alive keeps its plan",
+        include_str!("../../migrations/0004_lone_append.sql"),
+    ),
 ];
 
 /// Creates or migrates the schema, one version per transaction, under an advisory lock
