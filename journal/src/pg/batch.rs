@@ -143,6 +143,13 @@ impl Batch {
     }
 }
 
+const APPEND_BATCH: &str = "SELECT status, next_seq, head_hash, lease_epoch, owner, first_pos, \
+     released FROM turnstile.append_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
+     $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28)";
+const APPEND_ONE: &str = "SELECT status, next_seq, head_hash, lease_epoch, owner, first_pos, \
+     released FROM turnstile.append_one($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
+     $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28)";
+
 /// Runs one batch (at most one append of a session) in one transaction; the verdicts
 /// come in the order the appends were pushed.
 pub(super) async fn call_batch(
@@ -153,13 +160,9 @@ pub(super) async fn call_batch(
     // A batch of one append takes the function's lean form (same arguments, same answer).
     let statement = client
         .prepare_cached(if batch.parts == 1 {
-            "SELECT status, next_seq, head_hash, lease_epoch, owner, first_pos, released FROM \
-             turnstile.append_one($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
-             $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28)"
+            APPEND_ONE
         } else {
-            "SELECT status, next_seq, head_hash, lease_epoch, owner, first_pos, released FROM \
-             turnstile.append_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
-             $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28)"
+            APPEND_BATCH
         })
         .await?;
     let c = batch;

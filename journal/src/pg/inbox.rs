@@ -3,7 +3,7 @@
 //! announces has committed).
 
 use crate::ids::SessionId;
-use crate::pg::replicas::spawn_on;
+use crate::pg::replicas::{REPLICAS_CHANNEL, spawn_on};
 use crate::pg::{Inner, PgJournal, stored_id};
 use crate::{Command, Error};
 use std::sync::atomic::Ordering;
@@ -200,8 +200,6 @@ pub(super) const INBOX_CHANNEL: &str = "turnstile_inbox";
 pub(super) const REPLIES_CHANNEL: &str = "turnstile_replies";
 /// Streams that grew (payload: session ids, comma-separated).
 pub(super) const EVENTS_CHANNEL: &str = "turnstile_events";
-/// A replica registered (payload: its id): the others notify from then on.
-pub(super) const REPLICAS_CHANNEL: &str = "turnstile_replicas";
 /// Not a database channel: the listening connection came back, so notifications may
 /// have been missed.
 pub(super) const RESYNC: &str = "";

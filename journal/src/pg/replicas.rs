@@ -216,6 +216,9 @@ pub(super) fn interval_ms(lease: Duration) -> f64 {
     lease.as_secs_f64() * 1000.0
 }
 
+/// A replica registered (payload: its id): the others notify their appends from then on.
+pub(super) const REPLICAS_CHANNEL: &str = "turnstile_replicas";
+
 /// Registers this process among the replicas, and retires its own earlier incarnation
 /// (a restart under the same name), whose sessions are then taken over at once.
 pub(super) async fn register(
@@ -241,7 +244,7 @@ pub(super) async fn register(
     client
         .execute(
             "SELECT pg_notify($1, $2)",
-            &[&crate::pg::inbox::REPLICAS_CHANNEL, &replica_id],
+            &[&REPLICAS_CHANNEL, &replica_id],
         )
         .await?;
     Ok(())
