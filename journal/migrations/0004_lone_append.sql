@@ -199,3 +199,37 @@ BEGIN
   released := coalesce(v_freed, false);
   RETURN NEXT;
 END $$;
+
+-- Takes a session's lease (as in migration 1: when it is free, its owner's heartbeat
+-- has lapsed, or p_owner has it already; a change of hands gives a new fencing token),
+-- in one statement for the common case rather than an insert, a locking read and an
+-- update.
+CREATE OR REPLACE FUNCTION turnstile.acquire(p_session text, p_owner text)
+RETURNS TABLE (status text, lease_epoch bigint, next_seq bigint, owner text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_epoch bigint;
+  v_next  bigint;
+  v_owner text;
+BEGIN
+  IF NOT turnstile.alive(p_owner) THEN
+    RETURN QUERY SELECT 'fenced'::text, NULL::bigint, NULL::bigint, p_owner;
+    RETURN;
+  END IF;
+  INSERT INTO turnstile.streams AS x (session_id, next_seq, head_hash, owner, lease_epoch)
+  VALUES (p_session, 0, decode(repeat('00', 32), 'hex'), p_owner, 1)
+  ON CONFLICT (session_id) DO UPDATE
+    SET owner = p_owner,
+        lease_epoch = CASE WHEN x.owner IS DISTINCT FROM p_owner THEN x.lease_epoch + 1
+                           ELSE x.lease_epoch END
+    WHERE x.owner IS NULL OR x.owner = p_owner OR NOT turnstile.alive(x.owner)
+  RETURNING x.lease_epoch, x.next_seq INTO v_epoch, v_next;
+  IF FOUND THEN
+    RETURN QUERY SELECT 'ok'::text, v_epoch, v_next, p_owner;
+    RETURN;
+  END IF;
+  -- Another live replica holds it (the conflicting row is locked by the statement).
+  SELECT x.lease_epoch, x.next_seq, x.owner INTO v_epoch, v_next, v_owner
+    FROM turnstile.streams x WHERE x.session_id = p_session;
+  RETURN QUERY SELECT 'owned'::text, v_epoch, v_next, v_owner;
+END $$;

@@ -58,6 +58,11 @@ impl SessionActor {
         {
             return;
         }
+        // Nothing to start (a run's end often leaves nothing queued): a lease given back
+        // with that end stays given back; the command that brings work takes it again.
+        if !self.stale && !self.queue.front().is_some_and(|head| head.durable) {
+            return;
+        }
         if let Err(error) = self.ensure_fresh(ctx) {
             // The journal cannot be read now: the next command (or recovery) tries again.
             tracing::warn!(session_id = %self.session_id, %error, "session state not read again");

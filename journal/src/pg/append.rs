@@ -256,13 +256,8 @@ async fn read_heads(
     Ok(())
 }
 
-pub(super) fn remember(inner: &Inner, session_id: &SessionId, head: Head) {
-    if let Ok(mut heads) = inner.heads.lock() {
-        if heads.len() >= limits::SESSION_HEADS_CACHED_MAX {
-            heads.clear();
-        }
-        heads.insert(session_id.clone(), head);
-    }
+fn remember(inner: &Inner, session_id: &SessionId, head: Head) {
+    inner.remember_head(session_id, head);
 }
 
 /// Checks a request against what this replica knows (its lease, the stream's head) and

@@ -417,6 +417,16 @@ impl PgJournal {
 }
 
 impl Inner {
+    /// Caches a stream's head (what the next append is sealed on), bounded.
+    fn remember_head(&self, session_id: &SessionId, head: crate::chain::Head) {
+        if let Ok(mut heads) = self.heads.lock() {
+            if heads.len() >= limits::SESSION_HEADS_CACHED_MAX {
+                heads.clear();
+            }
+            heads.insert(session_id.clone(), head);
+        }
+    }
+
     fn close(&self) {
         if self.closed.swap(true, Ordering::SeqCst) {
             return;

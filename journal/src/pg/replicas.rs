@@ -32,19 +32,20 @@ impl PgJournal {
         }
         let me = self.replica_id();
         let session = session_id.as_str().to_owned();
-        let (status, epoch, owner): (String, Option<i64>, Option<String>) =
+        let (status, epoch, owner, next_seq): (String, Option<i64>, Option<String>, Option<i64>) =
             self.with_client(move |client| async move {
                 let row = client
                     .query_one(
                         &client
                             .prepare_cached(
-                                "SELECT status, lease_epoch, owner FROM turnstile.acquire($1, $2)",
+                                "SELECT status, lease_epoch, owner, next_seq \
+                                 FROM turnstile.acquire($1, $2)",
                             )
                             .await?,
                         &[&session, &me],
                     )
                     .await?;
-                Ok((row.get(0), row.get(1), row.get(2)))
+                Ok((row.get(0), row.get(1), row.get(2), row.get(3)))
             })?;
         match status.as_str() {
             "ok" => {
@@ -69,8 +70,12 @@ impl PgJournal {
                         }
                     }
                 }
-                // Another replica may have written since this one's cache was filled.
-                if let Ok(mut heads) = self.inner.heads.lock() {
+                // Another replica may have written since this one's cache was filled; an
+                // empty stream's head is known (a new session's first append reads none).
+                if next_seq == Some(0) {
+                    self.inner
+                        .remember_head(session_id, crate::chain::Head::EMPTY);
+                } else if let Ok(mut heads) = self.inner.heads.lock() {
                     heads.remove(session_id);
                 }
                 Ok(Lease::Held)

@@ -22,7 +22,7 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
     ),
     (
         4,
-        "a batch of one append by scalar statements; turnstile.alive keeps its plan",
+        "a batch of one append by scalar statements; leaner acquire; turnstile.alive keeps its plan",
         include_str!("../../migrations/0004_lone_append.sql"),
     ),
 ];
