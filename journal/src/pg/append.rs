@@ -17,12 +17,15 @@ use crate::pg::replicas::LeaseState;
 use crate::pg::{Inner, Request};
 use crate::types::{Conflict, Expected, Recorded};
 use crate::{Error, limits};
+use futures::FutureExt;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 
 /// What a batch gives back to the appender when it is done: the requests to send again
 /// (sealed on a stale cached head). Its sessions are free for their next append then.
@@ -33,8 +36,12 @@ struct Landed {
 /// Gathers the requests into batches and sends them, until the journal closes.
 pub(super) async fn appender(inner: Weak<Inner>, mut receiver: mpsc::Receiver<Request>) {
     let mut waiting: VecDeque<Request> = VecDeque::new();
-    let mut busy: HashMap<tokio::task::Id, Vec<SessionId>> = HashMap::new();
-    let mut flights: JoinSet<Landed> = JoinSet::new();
+    let mut busy: HashMap<u64, Vec<SessionId>> = HashMap::new();
+    // The batches on their way, polled by this task itself (no hand-off to another task
+    // and back for each one); a batch that panics answers nothing, and its callers see
+    // the journal stopped (their reply channels are gone).
+    let mut flights = FuturesUnordered::new();
+    let mut next_flight = 0u64;
     let room = limits::POSTGRES_BATCH_APPENDS_MAX * limits::POSTGRES_BATCHES_IN_FLIGHT;
     let mut open = true;
     loop {
@@ -58,8 +65,14 @@ pub(super) async fn appender(inner: Weak<Inner>, mut receiver: mpsc::Receiver<Re
                 continue;
             };
             let sessions = batch.iter().map(|r| r.session_id.clone()).collect();
-            let task = flights.spawn(send_batch(strong, batch));
-            busy.insert(task.id(), sessions);
+            let flight = next_flight;
+            next_flight += 1;
+            flights.push(
+                AssertUnwindSafe(send_batch(strong, batch))
+                    .catch_unwind()
+                    .map(move |landed| (flight, landed.ok())),
+            );
+            busy.insert(flight, sessions);
         }
         if !open && waiting.is_empty() && flights.is_empty() {
             return;
@@ -69,19 +82,11 @@ pub(super) async fn appender(inner: Weak<Inner>, mut receiver: mpsc::Receiver<Re
                 Some(request) => waiting.push_back(request),
                 None => open = false,
             },
-            landed = flights.join_next_with_id(), if !flights.is_empty() => match landed {
-                Some(Ok((task, landed))) => {
-                    busy.remove(&task);
-                    for request in landed.again.into_iter().rev() {
-                        waiting.push_front(request);
-                    }
+            landed = flights.next(), if !flights.is_empty() => if let Some((flight, landed)) = landed {
+                busy.remove(&flight);
+                for request in landed.into_iter().flat_map(|landed: Landed| landed.again).rev() {
+                    waiting.push_front(request);
                 }
-                // A batch that panicked answered nothing: its requests' callers see the
-                // journal stopped (their reply channels are gone).
-                Some(Err(error)) => {
-                    busy.remove(&error.id());
-                }
-                None => {}
             },
         }
     }
@@ -436,7 +441,12 @@ fn accepted(inner: &Inner, one: Sealed, verdict: &Verdict) {
         inner
             .next_pos
             .fetch_max(first_pos + count, Ordering::SeqCst);
-        let _ = inner.touched.send(session_id.clone());
+        if inner.others.load(Ordering::SeqCst) {
+            let _ = inner.touched.send(session_id.clone());
+        } else {
+            // Alone: only this replica's own waiters, told here (no notifier hop).
+            inner.notify_locally(session_id.as_str().to_owned());
+        }
     }
     let records: Vec<Arc<Recorded>> = one
         .sealed

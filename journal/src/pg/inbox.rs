@@ -255,11 +255,7 @@ pub(super) async fn notifier(
             payload.push_str(&session);
         }
         for payload in &payloads {
-            let _ = inner.notices.send(Notice {
-                channel: EVENTS_CHANNEL.into(),
-                payload: payload.clone(),
-                own: true,
-            });
+            inner.notify_locally(payload.clone());
         }
         // Alone: nobody else listens (a replica that starts says so at once).
         if !inner.others.load(Ordering::SeqCst) {
@@ -287,6 +283,17 @@ pub(super) async fn notifier(
             }
         }
         own = Some(client);
+    }
+}
+
+impl Inner {
+    /// Tells this replica's own waiters that streams grew (`payload`: session ids).
+    pub(super) fn notify_locally(&self, payload: String) {
+        let _ = self.notices.send(Notice {
+            channel: EVENTS_CHANNEL.into(),
+            payload,
+            own: true,
+        });
     }
 }
 
