@@ -232,7 +232,7 @@ pub(super) async fn notifier(
     inner: std::sync::Weak<Inner>,
     mut touched: mpsc::UnboundedReceiver<SessionId>,
 ) {
-    let mut own: Option<tokio_postgres::Client> = None;
+    let mut own: Option<(tokio_postgres::Client, tokio_postgres::Statement)> = None;
     while let Some(first) = touched.recv().await {
         let mut sessions = std::collections::BTreeSet::from([first.as_str().to_owned()]);
         while let Ok(more) = touched.try_recv() {
@@ -261,10 +261,10 @@ pub(super) async fn notifier(
         if !inner.others.load(Ordering::SeqCst) {
             continue;
         }
-        let client = match own.take() {
-            Some(client) if !client.is_closed() => client,
+        let (client, statement) = match own.take() {
+            Some((client, statement)) if !client.is_closed() => (client, statement),
             _ => match notifying_connection(&inner).await {
-                Ok(client) => client,
+                Ok(connection) => connection,
                 Err(error) => {
                     tracing::debug!(%error, "no connection to notify on (the others poll)");
                     continue;
@@ -273,16 +273,13 @@ pub(super) async fn notifier(
         };
         for payload in &payloads {
             let sent = client
-                .execute(
-                    "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)",
-                    &[&EVENTS_CHANNEL, payload],
-                )
+                .execute(&statement, &[&EVENTS_CHANNEL, payload])
                 .await;
             if let Err(error) = sent {
                 tracing::debug!(%error, "a notification was not sent (the others poll)");
             }
         }
-        own = Some(client);
+        own = Some((client, statement));
     }
 }
 
@@ -297,9 +294,12 @@ impl Inner {
     }
 }
 
-/// The notifier's own connection; its server process id is kept, so the listener knows
-/// this replica's notifications when they come back.
-async fn notifying_connection(inner: &Inner) -> Result<tokio_postgres::Client, Error> {
+/// The notifier's own connection and its statement (a notification in a transaction of
+/// its own, whose commit waits for no flush); its server process id is kept, so the
+/// listener knows this replica's notifications when they come back.
+async fn notifying_connection(
+    inner: &Inner,
+) -> Result<(tokio_postgres::Client, tokio_postgres::Statement), Error> {
     let (client, connection) = inner.config.connect(NoTls).await?;
     tokio::spawn(async move {
         let _ = connection.await;
@@ -308,7 +308,10 @@ async fn notifying_connection(inner: &Inner) -> Result<tokio_postgres::Client, E
     inner
         .notifier_pid
         .store(row.get::<_, i32>(0), Ordering::SeqCst);
-    Ok(client)
+    let statement = client
+        .prepare("SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)")
+        .await?;
+    Ok((client, statement))
 }
 
 /// One connection of its own, outside the pool, that LISTENs and hands notifications

@@ -206,7 +206,7 @@ impl PgJournal {
         let pool = pool_of(config, options.pool_size)?;
         let url = redacted(&options.url);
         let replica_id = uuid::Uuid::now_v7().to_string();
-        let next_pos = {
+        let (next_pos, others) = {
             let pool = pool.clone();
             let url = url.clone();
             let replica_id = replica_id.clone();
@@ -241,7 +241,7 @@ impl PgJournal {
             notices: broadcast::channel(1024).0,
             touched: touched_sender,
             notifier_pid: std::sync::atomic::AtomicI32::new(0),
-            others: AtomicBool::new(true),
+            others: AtomicBool::new(others),
             config: listen_config,
         });
         let (sender, receiver) = mpsc::channel(limits::APPEND_QUEUE_REQUESTS_MAX);
@@ -475,14 +475,14 @@ fn pool_of(config: tokio_postgres::Config, pool_size: usize) -> Result<Pool, Err
 
 /// What opening does on the database: connects, migrates the schema, refuses a
 /// server that acknowledges commits before they are durable, registers this replica,
-/// and reads the next position.
+/// and reads the next position (and whether other replicas are alive).
 async fn start_up(
     pool: Pool,
     url: String,
     replica_id: String,
     name: String,
     lease: Duration,
-) -> Result<u64, Error> {
+) -> Result<(u64, bool), Error> {
     let client = pool.get().await.map_err(|error| match Error::from(error) {
         Error::Store(reason) => Error::Store(format!("cannot connect to {url}: {reason}")),
         other => other,
@@ -495,7 +495,7 @@ async fn start_up(
             "{url} has synchronous_commit = off: a commit would be acknowledged before it is durable"
         )));
     }
-    register(&client, &replica_id, &name, lease).await?;
+    let others = register(&client, &replica_id, &name, lease).await?;
     let row = client
         .query_one(
             &client
@@ -504,7 +504,7 @@ async fn start_up(
             &[],
         )
         .await?;
-    Ok(row.get::<_, i64>(0) as u64)
+    Ok((row.get::<_, i64>(0) as u64, others))
 }
 
 /// Runs `future` on the backend's runtime and waits for it on a plain channel. Called

@@ -226,12 +226,13 @@ pub(super) const REPLICAS_CHANNEL: &str = "turnstile_replicas";
 
 /// Registers this process among the replicas, and retires its own earlier incarnation
 /// (a restart under the same name), whose sessions are then taken over at once.
+/// Answers whether other replicas are alive.
 pub(super) async fn register(
     client: &tokio_postgres::Client,
     replica_id: &str,
     name: &str,
     lease: Duration,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     client
         .execute(
             "UPDATE turnstile.replicas SET expires_at = now() WHERE name = $1 AND expires_at > now()",
@@ -246,13 +247,14 @@ pub(super) async fn register(
         )
         .await?;
     // The others notify their appends from now on (a replica alone does not).
-    client
-        .execute(
-            "SELECT pg_notify($1, $2)",
+    let row = client
+        .query_one(
+            "SELECT pg_notify($1, $2), EXISTS (SELECT 1 FROM turnstile.replicas o \
+             WHERE o.replica_id <> $2 AND o.expires_at > now())",
             &[&REPLICAS_CHANNEL, &replica_id],
         )
         .await?;
-    Ok(())
+    Ok(row.get(1))
 }
 
 /// Renews this replica's heartbeat every fifth of its lease. A renewal the database
@@ -370,10 +372,11 @@ pub(super) async fn lapse(inner: &Inner, client: &tokio_postgres::Client, why: &
     lapse_locally(inner, why);
     let replica_id = uuid::Uuid::now_v7().to_string();
     match register(client, &replica_id, &inner.replica_name, inner.lease).await {
-        Ok(()) => {
+        Ok(others) => {
             if let Ok(mut id) = inner.replica_id.lock() {
                 *id = replica_id;
             }
+            inner.others.store(others, Ordering::SeqCst);
         }
         Err(error) => {
             tracing::error!(%error, "registering again failed; retrying at the next heartbeat")
