@@ -256,13 +256,9 @@ async fn read_heads(
             .get(session_id.as_str())
             .copied()
             .unwrap_or(Head::EMPTY);
-        remember(inner, &session_id, head);
+        inner.remember_head(&session_id, head);
     }
     Ok(())
-}
-
-fn remember(inner: &Inner, session_id: &SessionId, head: Head) {
-    inner.remember_head(session_id, head);
 }
 
 /// Checks a request against what this replica knows (its lease, the stream's head) and
@@ -409,8 +405,7 @@ fn conflicted(inner: &Inner, one: Sealed, verdict: &Verdict) -> Option<Request> 
     let session_id = one.request.session_id.clone();
     let actual = verdict.next_seq;
     let last_hash: Hash = verdict.head_hash.unwrap_or([0; 32]);
-    remember(
-        inner,
+    inner.remember_head(
         &session_id,
         Head {
             next_seq: actual,
@@ -434,7 +429,7 @@ fn conflicted(inner: &Inner, one: Sealed, verdict: &Verdict) -> Option<Request> 
 /// The records of an accepted append, at their positions: to the caller and the feed.
 fn accepted(inner: &Inner, one: Sealed, verdict: &Verdict) {
     let session_id = one.request.session_id.clone();
-    remember(inner, &session_id, one.at);
+    inner.remember_head(&session_id, one.at);
     let first_pos = verdict.first_pos.unwrap_or(0);
     let count = one.sealed.len() as u64;
     if count > 0 {

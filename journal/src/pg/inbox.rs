@@ -204,18 +204,16 @@ pub(super) const EVENTS_CHANNEL: &str = "turnstile_events";
 /// have been missed.
 pub(super) const RESYNC: &str = "";
 
+/// A notification in a transaction of its own, whose commit waits for no flush
+/// (`set_config` local to it): one statement, one round trip.
+const NOTIFY: &str = "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)";
+
 /// Sends a notification in a transaction of its own, after the change it announces
 /// has committed, and without waiting for a WAL flush (a notification is a hint; a
 /// NOTIFY inside the change's transaction would serialize commits database-wide).
 pub(super) async fn notify(client: &deadpool_postgres::Client, channel: &str, payload: &str) {
-    // One statement, one round trip: its own transaction, whose commit waits for no
-    // flush (`set_config` local to it).
     let sent = async {
-        let statement = client
-            .prepare_cached(
-                "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)",
-            )
-            .await?;
+        let statement = client.prepare_cached(NOTIFY).await?;
         client.execute(&statement, &[&channel, &payload]).await
     }
     .await;
@@ -294,9 +292,8 @@ impl Inner {
     }
 }
 
-/// The notifier's own connection and its statement (a notification in a transaction of
-/// its own, whose commit waits for no flush); its server process id is kept, so the
-/// listener knows this replica's notifications when they come back.
+/// The notifier's own connection and its statement ([`NOTIFY`]); its server process id
+/// is kept, so the listener knows this replica's notifications when they come back.
 async fn notifying_connection(
     inner: &Inner,
 ) -> Result<(tokio_postgres::Client, tokio_postgres::Statement), Error> {
@@ -308,9 +305,7 @@ async fn notifying_connection(
     inner
         .notifier_pid
         .store(row.get::<_, i32>(0), Ordering::SeqCst);
-    let statement = client
-        .prepare("SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)")
-        .await?;
+    let statement = client.prepare(NOTIFY).await?;
     Ok((client, statement))
 }
 

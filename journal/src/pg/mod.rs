@@ -135,8 +135,9 @@ struct Inner {
     /// The server process id of the notifier's connection (its notifications come back
     /// to this replica's listener, which drops them).
     notifier_pid: std::sync::atomic::AtomicI32,
-    /// Other replicas are alive (as of the last heartbeat, or one said it started):
-    /// this one's appends are notified to them. Alone, nobody listens.
+    /// Other replicas are alive (as of registration or the last heartbeat; set when one
+    /// says it started, or when the listener reconnects): this one's appends are
+    /// notified to them. Alone, nobody listens.
     others: AtomicBool,
     /// The connection settings, for the listening connection.
     config: tokio_postgres::Config,
