@@ -46,6 +46,9 @@ pub(super) struct Verdict {
 #[derive(Default)]
 pub(super) struct Batch {
     parts: usize,
+    /// Some append's records change an index or store an event apart (or the session
+    /// is deleted): a batch of one such append is not [`APPEND_PLAIN`]'s.
+    indexed: bool,
     sessions: Vec<String>,
     epochs: Vec<Option<i64>>,
     expected: Vec<i64>,
@@ -139,6 +142,12 @@ impl Batch {
             self.created_users.push(user);
             self.created_us.push(part.ts_us);
         }
+        self.indexed |= deleted
+            || !self.blobs.is_empty()
+            || !self.created_of.is_empty()
+            || !self.queued_of.is_empty()
+            || !self.status_of.is_empty()
+            || !self.key_of.is_empty();
         self.deleted.push(deleted);
     }
 }
@@ -149,6 +158,9 @@ const APPEND_BATCH: &str = "SELECT status, next_seq, head_hash, lease_epoch, own
 const APPEND_ONE: &str = "SELECT status, next_seq, head_hash, lease_epoch, owner, first_pos, \
      released FROM turnstile.append_one($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
      $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28)";
+/// A batch of one append that changes no index (schema version 5).
+const APPEND_PLAIN: &str = "SELECT status, next_seq, head_hash, lease_epoch, owner, first_pos, \
+     released FROM turnstile.append_plain($1, $2, $3, $4, $5, $6, $7)";
 
 /// Runs one batch (at most one append of a session) in one transaction; the verdicts
 /// come in the order the appends were pushed.
@@ -157,7 +169,52 @@ pub(super) async fn call_batch(
     owner: &str,
     batch: &Batch,
 ) -> Result<Vec<Verdict>, Error> {
-    // A batch of one append takes the function's lean form (same arguments, same answer).
+    let rows = if batch.parts == 1 && !batch.indexed {
+        call_plain(client, owner, batch).await?
+    } else {
+        call_columns(client, owner, batch).await?
+    };
+    if rows.len() != batch.parts {
+        return Err(Error::Store(format!(
+            "PostgreSQL answered {} verdicts for a batch of {} appends",
+            rows.len(),
+            batch.parts
+        )));
+    }
+    rows.into_iter().map(verdict).collect()
+}
+
+/// A batch of one append that changes no index: the function's seven arguments.
+async fn call_plain(
+    client: &deadpool_postgres::Client,
+    owner: &str,
+    batch: &Batch,
+) -> Result<Vec<tokio_postgres::Row>, Error> {
+    let statement = client.prepare_cached(APPEND_PLAIN).await?;
+    let c = batch;
+    Ok(client
+        .query(
+            &statement,
+            &[
+                &owner,
+                &c.sessions[0],
+                &c.epochs[0],
+                &c.expected[0],
+                &c.head_hashes[0],
+                &c.record_offsets,
+                &c.records,
+            ],
+        )
+        .await?)
+}
+
+/// Any batch, column by column; a batch of one takes the function's lean form (same
+/// arguments, same answer).
+async fn call_columns(
+    client: &deadpool_postgres::Client,
+    owner: &str,
+    batch: &Batch,
+) -> Result<Vec<tokio_postgres::Row>, Error> {
     let statement = client
         .prepare_cached(if batch.parts == 1 {
             APPEND_ONE
@@ -166,7 +223,7 @@ pub(super) async fn call_batch(
         })
         .await?;
     let c = batch;
-    let rows = client
+    Ok(client
         .query(
             &statement,
             &[
@@ -200,32 +257,25 @@ pub(super) async fn call_batch(
                 &c.key_runs,
             ],
         )
-        .await?;
-    if rows.len() != batch.parts {
-        return Err(Error::Store(format!(
-            "PostgreSQL answered {} verdicts for a batch of {} appends",
-            rows.len(),
-            batch.parts
-        )));
-    }
-    rows.into_iter()
-        .map(|row| {
-            let head_hash = match row.get::<_, Option<Vec<u8>>>(2) {
-                Some(hash) => Some(
-                    hash.try_into()
-                        .map_err(|_| Error::Store("malformed stream head".into()))?,
-                ),
-                None => None,
-            };
-            Ok(Verdict {
-                status: row.get(0),
-                next_seq: Seq(row.get::<_, i64>(1) as u64),
-                head_hash,
-                epoch: row.get(3),
-                owner: row.get(4),
-                first_pos: row.get::<_, Option<i64>>(5).map(|pos| pos as u64),
-                released: row.get::<_, Option<bool>>(6).unwrap_or(false),
-            })
-        })
-        .collect()
+        .await?)
+}
+
+/// One row of the function's answer.
+fn verdict(row: tokio_postgres::Row) -> Result<Verdict, Error> {
+    let head_hash = match row.get::<_, Option<Vec<u8>>>(2) {
+        Some(hash) => Some(
+            hash.try_into()
+                .map_err(|_| Error::Store("malformed stream head".into()))?,
+        ),
+        None => None,
+    };
+    Ok(Verdict {
+        status: row.get(0),
+        next_seq: Seq(row.get::<_, i64>(1) as u64),
+        head_hash,
+        epoch: row.get(3),
+        owner: row.get(4),
+        first_pos: row.get::<_, Option<i64>>(5).map(|pos| pos as u64),
+        released: row.get::<_, Option<bool>>(6).unwrap_or(false),
+    })
 }

@@ -25,6 +25,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "a batch of one append by scalar statements; leaner acquire; turnstile.alive keeps its plan",
         include_str!("../../migrations/0004_lone_append.sql"),
     ),
+    (
+        5,
+        "a batch of one append that changes no index by seven arguments",
+        include_str!("../../migrations/0005_plain_append.sql"),
+    ),
 ];
 
 /// Creates or migrates the schema, one version per transaction, under an advisory lock
