@@ -230,7 +230,8 @@ async fn a_busy_session_is_refused_on_the_other_replica_and_its_next_turn_resume
         }
         assert!(
             Instant::now() < deadline,
-            "B never listed A's session: {listed}"
+            "B never listed A's session: {listed}\nB's log:\n{}",
+            b.logs().join("\n")
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

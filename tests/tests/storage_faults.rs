@@ -355,6 +355,26 @@ async fn a_database_outage_is_503_and_both_replicas_recover() {
     }
     let ok = post_run(&b, "pg-new", "/reply the database is back").await;
     assert_eq!(ok.status(), 200);
+    // Each replica still lists what the other creates after the outage (its directory
+    // follows the other replicas again).
+    let ok = post_run(&a, "pg-after-a", "/reply made on A").await;
+    assert_eq!(ok.status(), 200);
+    let ok = post_run(&b, "pg-after-b", "/reply made on B").await;
+    assert_eq!(ok.status(), 200);
+    for (server, session) in [(&b, "pg-after-a"), (&a, "pg-after-b")] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let listed = get_json(server, "/sessions?limit=100").await;
+            if listed.to_string().contains(&format!("\"{session}\"")) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "a replica never listed {session}, made on the other after the outage: {listed}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     a.terminate();
     b.terminate();
     journal_is_sound(&["--config", config.to_str().unwrap()]);

@@ -102,6 +102,10 @@ impl Runtime {
             journal.open_runs()?
         };
         let recovering = open_runs.len();
+        // Where the directory follows the other replicas from: taken before it loads, so
+        // a record appended elsewhere meanwhile is followed (read twice at worst), never
+        // missed.
+        let followed_from = journal.next_pos();
         let directory = crate::directory::Directory::load(&journal)?;
         let shared = Arc::new(shared_of(&config, journal, directory, cluster));
         let arbiter_count = config.arbiters.max(1);
@@ -149,7 +153,7 @@ impl Runtime {
             }),
         };
         if cluster {
-            runtime.start_cluster_duties()?;
+            runtime.start_cluster_duties(followed_from)?;
         }
         Ok(runtime)
     }
