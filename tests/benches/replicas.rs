@@ -155,18 +155,20 @@ fn config(dir: &std::path::Path, journal: &str) -> std::path::PathBuf {
     path
 }
 
-async fn turns_per_second(servers: &[&Server], seconds: u64) -> f64 {
+/// Quick turns per second, each on a new session (`phase` keeps the sessions of one
+/// measurement apart from another's on the same database).
+async fn turns_per_second(servers: &[&Server], phase: &str, seconds: u64) -> f64 {
     let done = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let client = http_client();
     let tasks: Vec<_> = (0..*CLIENTS)
         .map(|n| {
             let base = servers[n % servers.len()].base.clone();
-            let (client, done) = (client.clone(), done.clone());
+            let (client, done, phase) = (client.clone(), done.clone(), phase.to_owned());
             tokio::spawn(async move {
                 let mut turn = 0;
                 while Instant::now() < deadline {
-                    let session = format!("t{n}-{turn}");
+                    let session = format!("{phase}-t{n}-{turn}");
                     turn += 1;
                     quick_turn(&client, &base, &session).await;
                     done.fetch_add(1, Ordering::Relaxed);
@@ -336,7 +338,7 @@ async fn main() {
             &dir.path().join("sled"),
             &["--config", sled_config.to_str().unwrap()],
         );
-        let rate = turns_per_second(&[&server], seconds).await;
+        let rate = turns_per_second(&[&server], "sled", seconds).await;
         server.terminate();
         rate
     } else {
@@ -351,13 +353,13 @@ async fn main() {
     let one = Server::start_with(&pg_dir.path().join("a"), &pg_args);
     // One replica alone first (a second one would follow its appends).
     let one_turns = if runs("turns") {
-        turns_per_second(&[&one], seconds).await
+        turns_per_second(&[&one], "one", seconds).await
     } else {
         0.0
     };
     let two = Server::start_with(&pg_dir.path().join("b"), &pg_args);
     if runs("turns") {
-        let two_turns = turns_per_second(&[&one, &two], seconds).await;
+        let two_turns = turns_per_second(&[&one, &two], "two", seconds).await;
         println!(
             "quick turns/s over HTTP ({} clients, a new session each): sled {sled_turns:.0}, PostgreSQL one replica {one_turns:.0} ({:.2}x sled), two replicas {two_turns:.0} ({:.2}x one)",
             *CLIENTS,
