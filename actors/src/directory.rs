@@ -4,7 +4,9 @@
 //! number of sessions.
 //!
 //! It is loaded when the runtime opens, from the session index and each session's
-//! stored form (plus the records after it), and then follows the session actors.
+//! stored form (plus the records after it), and then follows the session actors (and,
+//! on a shared journal, the other replicas' records from the position taken before it
+//! was loaded: `runtime/cluster.rs`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};

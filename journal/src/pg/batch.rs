@@ -1,6 +1,8 @@
 //! One call of `turnstile.append_batch`: the appends of several sessions, sealed, as
 //! the function's columns (one array per argument, an append's rows tagged with its
-//! place), and the function's verdict on each.
+//! place), and the function's verdict on each. A batch of one append calls
+//! `turnstile.append_one` with the same columns, or `turnstile.append_plain` with seven
+//! arguments when its records change no index.
 
 use crate::Error;
 use crate::chain::{self, IndexChange};
