@@ -18,7 +18,8 @@ pub struct ErrorBody {
     /// A slug: `not_found`, `bad_request`, `validation_error`, `session_busy`,
     /// `session_agent_mismatch`, `run_not_continuable`, `queue_full`,
     /// `payload_too_large`, `event_too_large`, `request_timeout`, `unauthorized`,
-    /// `method_not_allowed`, `shutting_down`, `journal_unavailable`, `internal_error`.
+    /// `method_not_allowed`, `shutting_down`, `journal_unavailable`, `owner_unavailable`,
+    /// `internal_error`.
     pub error_type: &'static str,
     /// `session_busy` (agno's field) on a busy session's 409.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -78,6 +79,11 @@ pub enum ApiError {
         "The journal cannot write now: {0}. Nothing of this request was recorded; try again shortly."
     )]
     JournalUnavailable(String),
+    /// 503: the live replica that owns the session neither took the command nor gave
+    /// the session up in time (a shared journal); nothing of the request was recorded
+    /// here.
+    #[error("{0}; try again shortly")]
+    OwnerUnavailable(String),
     /// 500: logged, never shown.
     #[error("internal error")]
     Internal(String),
@@ -99,6 +105,7 @@ impl ApiError {
             ApiError::JournalUnavailable(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "journal_unavailable")
             }
+            ApiError::OwnerUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "owner_unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }
     }
@@ -111,6 +118,10 @@ impl From<RuntimeError> for ApiError {
         {
             tracing::warn!(%journal, "journal unavailable: answered 503");
             return ApiError::JournalUnavailable(detail);
+        }
+        if let RuntimeError::OwnerSilent { .. } = &error {
+            tracing::warn!(%error, "the session's owner did not answer: answered 503");
+            return ApiError::OwnerUnavailable(error.to_string());
         }
         // Another writer appended to the session first: the client may try again.
         if let RuntimeError::Conflict(conflict) = &error {
@@ -183,11 +194,41 @@ impl IntoResponse for ApiError {
                 | ApiError::ShuttingDown
                 | ApiError::TooManyRequests(_)
                 | ApiError::JournalUnavailable(_)
+                | ApiError::OwnerUnavailable(_)
         ) {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_silent_owner_is_503_with_retry_after_and_names_the_session_and_replica() {
+        let error = RuntimeError::OwnerSilent {
+            session_id: turnstile_journal::SessionId::parse("s1").unwrap(),
+            owner: "replica-a".into(),
+            detail: ", which does not take the turn",
+        };
+        let response = ApiError::from(error).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+        let body = ApiError::from(RuntimeError::OwnerSilent {
+            session_id: turnstile_journal::SessionId::parse("s1").unwrap(),
+            owner: "replica-a".into(),
+            detail: "",
+        });
+        let (_, error_type) = body.status_and_type();
+        assert_eq!(error_type, "owner_unavailable");
+        let detail = body.to_string();
+        assert!(
+            detail.contains("s1") && detail.contains("replica-a"),
+            "{detail}"
+        );
     }
 }
