@@ -3,7 +3,8 @@
 //! replica (scripted, and the real Claude Code CLI), streams and cancels that reach a
 //! run on the other replica, and a replica killed or stopped past its lease whose runs
 //! the other resolves, each exactly once, while a client attached to the other follows
-//! the run to its end and the stopped one's late writes are refused.
+//! the run to its end and the stopped one's late writes are refused; a replica that starts
+//! while another makes sessions lists every one of them.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -201,6 +202,85 @@ async fn turns_alternating_between_replicas_each_complete_at_once() {
     assert_eq!(endings.len(), 165);
     assert!(endings.values().all(|count| *count == 1), "{endings:?}");
     assert!(cluster.verify().starts_with("journal ok"));
+}
+
+/// A quick turn (`stream=false`) on a new session at `base`, through `client`.
+async fn new_session(client: &reqwest::Client, base: &str, session: &str) {
+    let run: Value = client
+        .post(format!("{base}/agents/scripted/runs"))
+        .form(&[
+            ("message", "hi"),
+            ("session_id", session),
+            ("stream", "false"),
+        ])
+        .send()
+        .await
+        .unwrap_or_else(|error| panic!("{session}: {error}"))
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["status"], "COMPLETED", "{session}: {run}");
+}
+
+/// A replica lists every session another one made while it was starting: its directory
+/// follows the others from the journal's position taken before it loaded. It once
+/// followed from wherever the journal was after loading, so what the other replica made
+/// meanwhile was never listed (1,000 sessions make the load long enough to see it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_lists_the_sessions_another_made_while_it_started() {
+    let Some(cluster) = Cluster::new(0) else {
+        return;
+    };
+    let a = cluster.replica("a");
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let before = 1_000;
+    futures::StreamExt::for_each_concurrent(futures::stream::iter(0..before), 32, |n| {
+        let (client, base) = (client.clone(), a.base.clone());
+        async move { new_session(&client, &base, &format!("before-{n}")).await }
+    })
+    .await;
+    // A keeps making sessions while B starts, and a little after.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let maker = {
+        let (client, base, stop) = (client.clone(), a.base.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut made = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                new_session(&client, &base, &format!("during-{made}")).await;
+                made += 1;
+            }
+            made
+        })
+    };
+    let (data_dir, config) = (cluster.dir.path().join("b"), cluster.config.clone());
+    let b = tokio::task::spawn_blocking(move || {
+        Server::start_with(&data_dir, &["--config", config.to_str().unwrap()])
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let during = maker.await.unwrap();
+    assert!(during > 0, "A made no session while B started");
+    let made = before + during;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let listed = get_json(&b, "/sessions?limit=1").await;
+        if listed["meta"]["total_count"] == made {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "B lists {} of the {made} sessions A made ({during} while B started)",
+            listed["meta"]["total_count"]
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    a.terminate();
+    b.terminate();
 }
 
 #[tokio::test]
