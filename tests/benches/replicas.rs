@@ -27,7 +27,7 @@ use serde_json::Value;
 use turnstile_journal::{
     Event, Expected, Journal, JournalOptions, PostgresOptions, RunId, SessionId,
 };
-use turnstile_tests::{Server, http_client, knob, median, parse_sse};
+use turnstile_tests::{Server, http_client, knob, median, parse_sse, quick_turn};
 
 static APPENDERS: std::sync::LazyLock<usize> =
     std::sync::LazyLock::new(|| knob("BENCH_APPENDERS", 256));
@@ -107,24 +107,6 @@ async fn one_appender_beside_insert(url: &str, seconds: u64) -> (Duration, Durat
     }
     journal.close().unwrap();
     (median(appends), median(inserts))
-}
-
-/// One quick turn (`hi`, `stream=false`) on `session`, which completes.
-async fn quick_turn(client: &reqwest::Client, base: &str, session: &str) {
-    let run: Value = client
-        .post(format!("{base}/agents/scripted/runs"))
-        .form(&[
-            ("message", "hi"),
-            ("session_id", session),
-            ("stream", "false"),
-        ])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(run["status"], "COMPLETED", "{run}");
 }
 
 /// The p50 of `turns` turns on one session, each on the next of `servers` in turn.

@@ -668,6 +668,26 @@ pub fn knob(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// One quick turn (`hi`, `stream=false`) of the scripted agent on `session` at `base`
+/// (a server's `http://127.0.0.1:PORT`), through `client` (shared, so connections are
+/// reused); it must complete.
+pub async fn quick_turn(client: &reqwest::Client, base: &str, session: &str) {
+    let run: serde_json::Value = client
+        .post(format!("{base}/agents/scripted/runs"))
+        .form(&[
+            ("message", "hi"),
+            ("session_id", session),
+            ("stream", "false"),
+        ])
+        .send()
+        .await
+        .unwrap_or_else(|error| panic!("{session}: {error}"))
+        .json()
+        .await
+        .expect("a JSON body");
+    assert_eq!(run["status"], "COMPLETED", "{session}: {run}");
+}
+
 /// The median of some durations (zero for none).
 pub fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();

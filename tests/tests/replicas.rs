@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use turnstile_tests::{
-    Server, event_types, get_json, parse_sse, post_form, post_form_json, turnstile_in_ok,
+    Server, event_types, get_json, parse_sse, post_form, post_form_json, quick_turn,
+    turnstile_in_ok,
 };
 
 /// Two replicas of one cluster: a database and a configuration file (2 s leases).
@@ -204,24 +205,6 @@ async fn turns_alternating_between_replicas_each_complete_at_once() {
     assert!(cluster.verify().starts_with("journal ok"));
 }
 
-/// A quick turn (`stream=false`) on a new session at `base`, through `client`.
-async fn new_session(client: &reqwest::Client, base: &str, session: &str) {
-    let run: Value = client
-        .post(format!("{base}/agents/scripted/runs"))
-        .form(&[
-            ("message", "hi"),
-            ("session_id", session),
-            ("stream", "false"),
-        ])
-        .send()
-        .await
-        .unwrap_or_else(|error| panic!("{session}: {error}"))
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(run["status"], "COMPLETED", "{session}: {run}");
-}
-
 /// A replica lists every session another one made while it was starting: its directory
 /// follows the others from the journal's position taken before it loaded. It once
 /// followed from wherever the journal was after loading, so what the other replica made
@@ -239,7 +222,7 @@ async fn a_replica_lists_the_sessions_another_made_while_it_started() {
     let before = 1_000;
     futures::StreamExt::for_each_concurrent(futures::stream::iter(0..before), 32, |n| {
         let (client, base) = (client.clone(), a.base.clone());
-        async move { new_session(&client, &base, &format!("before-{n}")).await }
+        async move { quick_turn(&client, &base, &format!("before-{n}")).await }
     })
     .await;
     // A keeps making sessions while B starts, and a little after.
@@ -249,7 +232,7 @@ async fn a_replica_lists_the_sessions_another_made_while_it_started() {
         tokio::spawn(async move {
             let mut made = 0;
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                new_session(&client, &base, &format!("during-{made}")).await;
+                quick_turn(&client, &base, &format!("during-{made}")).await;
                 made += 1;
             }
             made

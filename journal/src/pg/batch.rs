@@ -48,9 +48,6 @@ pub(super) struct Verdict {
 #[derive(Default)]
 pub(super) struct Batch {
     parts: usize,
-    /// Some append's records change an index or store an event apart (or the session
-    /// is deleted): a batch of one such append is not [`APPEND_PLAIN`]'s.
-    indexed: bool,
     sessions: Vec<String>,
     epochs: Vec<Option<i64>>,
     expected: Vec<i64>,
@@ -144,13 +141,18 @@ impl Batch {
             self.created_users.push(user);
             self.created_us.push(part.ts_us);
         }
-        self.indexed |= deleted
+        self.deleted.push(deleted);
+    }
+
+    /// Some append's records change an index or store an event apart (or delete the
+    /// session): a batch of one such append is not [`APPEND_PLAIN`]'s.
+    fn indexed(&self) -> bool {
+        self.deleted.contains(&true)
             || !self.blobs.is_empty()
             || !self.created_of.is_empty()
             || !self.queued_of.is_empty()
             || !self.status_of.is_empty()
-            || !self.key_of.is_empty();
-        self.deleted.push(deleted);
+            || !self.key_of.is_empty()
     }
 }
 
@@ -171,7 +173,7 @@ pub(super) async fn call_batch(
     owner: &str,
     batch: &Batch,
 ) -> Result<Vec<Verdict>, Error> {
-    let rows = if batch.parts == 1 && !batch.indexed {
+    let rows = if batch.parts == 1 && !batch.indexed() {
         call_plain(client, owner, batch).await?
     } else {
         call_columns(client, owner, batch).await?
