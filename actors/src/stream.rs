@@ -67,6 +67,13 @@ impl RunEvents {
         }
     }
 
+    /// Says the live feed was subscribed before any event this stream shows was sent
+    /// (a run's own handle, from its acceptance): nothing is read from the journal
+    /// unless the feed skips an index (a lagging reader).
+    pub(crate) fn subscribed_before_its_events(&mut self) {
+        self.caught_up = true;
+    }
+
     /// The run.
     pub fn run_id(&self) -> &RunId {
         &self.run_id

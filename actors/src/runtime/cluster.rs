@@ -126,6 +126,7 @@ impl Runtime {
             run_id,
             session_id: session_id.clone(),
             reused: false,
+            ended: None,
             runtime: self.clone(),
         })))
     }

@@ -33,18 +33,24 @@ enum Carried<T> {
 impl Runtime {
     /// The handle on a run its session's actor accepted, its events from index 0.
     fn accepted_handle(&self, session_id: SessionId, accepted: Accepted) -> RunHandle {
+        let mut events = RunEvents::new(
+            self.journal().clone(),
+            session_id.clone(),
+            accepted.run_id.clone(),
+            accepted.from_seq,
+            Some(accepted.live.events),
+            accepted.from_index,
+        );
+        if accepted.from_index == EventIndex(0) {
+            // A new run: every one of its events is sent after this subscription.
+            events.subscribed_before_its_events();
+        }
         RunHandle {
-            events: RunEvents::new(
-                self.journal().clone(),
-                session_id.clone(),
-                accepted.run_id.clone(),
-                accepted.from_seq,
-                Some(accepted.live),
-                accepted.from_index,
-            ),
+            events,
             run_id: accepted.run_id,
             session_id,
             reused: false,
+            ended: Some(accepted.live.ended),
             runtime: self.clone(),
         }
     }
@@ -181,6 +187,7 @@ impl Runtime {
             session_id: view.session_id,
             reused: false,
             events,
+            ended: None,
             runtime: self.clone(),
         }))
     }
@@ -377,6 +384,7 @@ impl Runtime {
                     run_id,
                     session_id,
                     reused: false,
+                    ended: None,
                     runtime: self.clone(),
                 }))
             }

@@ -57,7 +57,7 @@ impl Handler<StartRunMsg> for SessionActor {
             durable: false,
             resume: false,
         });
-        let live = self.shared.ensure_live(&run_id).subscribe();
+        let live = self.shared.ensure_live(&run_id).watch();
         Box::pin(append.into_actor(self).map(move |result, actor, ctx| {
             actor.creating = false;
             let accepted = actor.queued_durably(result, &run_id, ctx)?;

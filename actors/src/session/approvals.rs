@@ -217,7 +217,7 @@ impl SessionActor {
         &mut self,
         result: turnstile_journal::AppendResult,
         admitted: Admitted,
-        live: tokio::sync::broadcast::Receiver<std::sync::Arc<crate::run::WireEvent>>,
+        live: crate::session::shared::Watch,
         ctx: &mut Context<Self>,
     ) -> Result<Result<Accepted, Refused>, RuntimeError> {
         self.deciding = None;
@@ -281,7 +281,7 @@ impl Handler<DecideMsg> for SessionActor {
             Err(error) => return Box::pin(fut::ready(Err(error))),
         };
         self.deciding = Some(admitted.run_id.clone());
-        let live = self.shared.ensure_live(&admitted.run_id).subscribe();
+        let live = self.shared.ensure_live(&admitted.run_id).watch();
         let journal = self.shared.journal.clone();
         let session_id = self.session_id.clone();
         let continued = admitted.continued.clone();

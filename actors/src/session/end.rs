@@ -2,7 +2,9 @@
 //! fallback ending when the run task could not say how it ended.
 
 use crate::session::SessionActor;
+use crate::session::shared::Live;
 use actix::prelude::*;
+use std::sync::Arc;
 use std::time::Instant;
 use turnstile_journal::{Event, EventIndex, Expected, RunId};
 
@@ -59,21 +61,7 @@ impl SessionActor {
                     actor.last_active = Instant::now();
                     let live = actor.shared.remove_live(&run_id);
                     match result {
-                        Ok(Ok(records)) => {
-                            actor.apply(&records);
-                            // A pause ends no run: the run waits for its decision, holding
-                            // the session even before the state has folded the pause.
-                            if let Some((index, paused_at_us)) = pause_of(&records) {
-                                actor.holding = Some((run_id.clone(), index));
-                                actor.arm_timeout_of(run_id.clone(), paused_at_us, ctx);
-                            }
-                            if let Some(tracker) = actor.workspace.as_mut() {
-                                tracker.store(&actor.shared.journal, actor.state.next_seq);
-                            }
-                            if let Some(live) = live {
-                                broadcast_wire(&live, &records);
-                            }
-                        }
+                        Ok(Ok(records)) => actor.run_ended(&run_id, &records, live, ctx),
                         Ok(Err(conflict)) => {
                             tracing::error!(%run_id, %conflict, "terminal event refused");
                             actor.stale = true;
@@ -93,6 +81,41 @@ impl SessionActor {
                     actor.stop_if_given_back(ctx);
                 }),
         );
+    }
+}
+
+impl SessionActor {
+    /// A run's end is durable: folded, a pause held, the workspace's point stored, and
+    /// the end sent to the run's streams, after its final view was left for the caller
+    /// waiting for it.
+    fn run_ended(
+        &mut self,
+        run_id: &RunId,
+        records: &[Arc<turnstile_journal::Recorded>],
+        live: Option<Live>,
+        ctx: &mut Context<Self>,
+    ) {
+        // Cloned only for a caller that holds the run's slot, not for nobody.
+        let waited = live
+            .as_ref()
+            .is_some_and(|live| Arc::strong_count(&live.ended) > 1);
+        let ended = self.apply_keeping(records, waited.then_some(run_id));
+        // A pause ends no run: the run waits for its decision, holding the session even
+        // before the state has folded the pause.
+        if let Some((index, paused_at_us)) = pause_of(records) {
+            self.holding = Some((run_id.clone(), index));
+            self.arm_timeout_of(run_id.clone(), paused_at_us, ctx);
+        }
+        if let Some(tracker) = self.workspace.as_mut() {
+            tracker.store(&self.shared.journal, self.state.next_seq);
+        }
+        if let Some(live) = live {
+            // Left before the end is sent: a caller that sees the end finds the view.
+            if let Some(view) = ended {
+                let _ = live.ended.set(view);
+            }
+            broadcast_wire(&live.events, records);
+        }
     }
 }
 

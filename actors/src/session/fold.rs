@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use turnstile_journal::{Event, Recorded, RunId};
 
-use turnstile_projections::{RunStatus, SessionView, StoredRun, StoredSession};
+use turnstile_projections::{RunStatus, RunView, SessionView, StoredRun, StoredSession};
 
 use crate::reads;
 use crate::run::RunIdentity;
@@ -37,16 +37,32 @@ impl SessionActor {
     /// Applies records this actor appended (they are logged here: see
     /// [`crate::lifecycle::log_actor_step`]).
     pub(super) fn apply(&mut self, records: &[Arc<Recorded>]) {
+        self.apply_keeping(records, None);
+    }
+
+    /// [`SessionActor::apply`], returning the view of the run `keep` names when these
+    /// records end it (the view its stored form gets).
+    pub(super) fn apply_keeping(
+        &mut self,
+        records: &[Arc<Recorded>],
+        keep: Option<&RunId>,
+    ) -> Option<RunView> {
         for record in records {
             crate::lifecycle::log_actor_step(&self.session_id, &record.event);
         }
-        self.fold(records);
+        self.fold_keeping(records, keep)
     }
 
     /// Applies records, logging nothing (a run task's, logged as it appended them).
     /// Records are folded in the stream's order: one that arrives before a record it
     /// follows waits for it, and one the state already holds is skipped.
     pub(super) fn fold(&mut self, arrived: &[Arc<Recorded>]) {
+        self.fold_keeping(arrived, None);
+    }
+
+    /// [`SessionActor::fold`], returning the view of the run `keep` names when the
+    /// records end it.
+    fn fold_keeping(&mut self, arrived: &[Arc<Recorded>], keep: Option<&RunId>) -> Option<RunView> {
         for record in arrived {
             if record.session_id == self.session_id && record.seq.0 >= self.state.next_seq {
                 self.unfolded.insert(record.seq.0, record.clone());
@@ -76,8 +92,12 @@ impl SessionActor {
                 runs.push(self.state.stored_run(run));
             }
         }
+        let kept = keep
+            .and_then(|run_id| runs.iter().find(|stored| &stored.run.run_id == run_id))
+            .filter(|stored| stored.run.status.is_terminal())
+            .map(|stored| stored.run.clone());
         if !turning_point {
-            return;
+            return kept;
         }
         // While a run is in flight its task journals events this state has not folded
         // yet (they are applied when it ends): a session form stored now would be "as
@@ -106,6 +126,7 @@ impl SessionActor {
                 self.queue.shrink_to_fit();
             }
         }
+        kept
     }
 
     /// Counts the runs started and ended, for the runtime's metrics.

@@ -160,7 +160,7 @@ impl SessionActor {
                                 record.event.run_id().filter(|_| record.event.is_terminal())
                                 && let Some(live) = actor.shared.remove_live(run_id)
                             {
-                                broadcast_wire(&live, std::slice::from_ref(record));
+                                broadcast_wire(&live.events, std::slice::from_ref(record));
                             }
                         }
                         actor.apply(&records);

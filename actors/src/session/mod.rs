@@ -18,7 +18,6 @@ use actix::prelude::*;
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use turnstile_journal::limits::SESSION_MAILBOX_MESSAGES;
 use turnstile_journal::{Recorded, RunId, Seq, SessionId};
@@ -44,7 +43,6 @@ pub(crate) use shared::Shared;
 
 use crate::api::{CompactOutcome, Refused, RuntimeError, StartRun};
 use crate::reads;
-use crate::run::WireEvent;
 
 struct InFlight {
     run_id: RunId,
@@ -138,7 +136,8 @@ pub(crate) struct SessionActor {
 /// A run accepted.
 pub(crate) struct Accepted {
     pub run_id: RunId,
-    pub live: broadcast::Receiver<Arc<WireEvent>>,
+    /// Subscribed before any of the events it is shown from was sent.
+    pub live: shared::Watch,
     pub from_seq: Seq,
     /// The index its events are shown from (0 for a new run; a continued run's
     /// `RunContinued`).
@@ -259,7 +258,14 @@ impl Actor for SessionActor {
                 }
             }
         }
-        match reads::load_session(&self.shared.journal, &self.session_id) {
+        // A session the lease found empty has nothing to read (a new session's first turn).
+        let loaded = match self.shared.journal.known_empty(&self.session_id) {
+            true => Ok(turnstile_projections::SessionState::new(
+                self.session_id.clone(),
+            )),
+            false => reads::load_session(&self.shared.journal, &self.session_id),
+        };
+        match loaded {
             Ok(state) => self.state = state,
             Err(error) => {
                 tracing::error!(session_id = %self.session_id, %error, "session stream unreadable");

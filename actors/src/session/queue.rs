@@ -148,7 +148,7 @@ impl SessionActor {
             cancel: cancel.clone(),
             staged,
         });
-        let live = self.shared.ensure_live(&run.run_id);
+        let live = self.shared.ensure_live(&run.run_id).events;
         let (mut events, next_index) =
             self.start_events(&run, head.resume, &identity, &agent, changed_files);
         let (harness_session_id, transcript) =

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::{Semaphore, broadcast};
 use turnstile_journal::limits::RUN_BROADCAST_EVENTS;
@@ -12,13 +12,14 @@ use turnstile_journal::{Journal, RunId};
 use crate::api::AgentSpec;
 use crate::directory::Directory;
 use crate::run::WireEvent;
+use turnstile_projections::RunView;
 
 /// What every actor of one runtime shares.
 pub(crate) struct Shared {
     pub journal: Journal,
     pub agents: HashMap<String, AgentSpec>,
     /// Live channels of runs not yet ended, so streams can join without asking the actor.
-    pub live_runs: Mutex<HashMap<RunId, broadcast::Sender<Arc<WireEvent>>>>,
+    pub live_runs: Mutex<HashMap<RunId, Live>>,
     pub accepting: AtomicBool,
     /// Worker slots: runs executing at once.
     pub slots: Arc<Semaphore>,
@@ -37,6 +38,31 @@ pub(crate) struct Shared {
     pub cluster: bool,
     /// [`RuntimeConfig::release_memory`](crate::RuntimeConfig).
     pub release_memory: Option<fn()>,
+}
+
+/// A run's live channel, and where its session's actor leaves the run's final view
+/// when it journals the run's end, for the caller that accepted the run and waits for
+/// its outcome (so that the answer is not read back from the journal).
+#[derive(Clone)]
+pub(crate) struct Live {
+    pub events: broadcast::Sender<Arc<WireEvent>>,
+    pub ended: Arc<OnceLock<RunView>>,
+}
+
+impl Live {
+    /// A subscription to the channel (what is sent from now on) and the view's slot.
+    pub(crate) fn watch(&self) -> Watch {
+        Watch {
+            events: self.events.subscribe(),
+            ended: self.ended.clone(),
+        }
+    }
+}
+
+/// A caller's side of a run's [`Live`].
+pub(crate) struct Watch {
+    pub events: broadcast::Receiver<Arc<WireEvent>>,
+    pub ended: Arc<OnceLock<RunView>>,
 }
 
 /// Runs started and ended since the runtime opened.
@@ -58,21 +84,24 @@ impl Shared {
             .lock()
             .ok()?
             .get(run_id)
-            .map(broadcast::Sender::subscribe)
+            .map(|live| live.events.subscribe())
     }
 
     /// The run's live channel, created when missing.
-    pub(super) fn ensure_live(&self, run_id: &RunId) -> broadcast::Sender<Arc<WireEvent>> {
+    pub(super) fn ensure_live(&self, run_id: &RunId) -> Live {
         let mut runs = self
             .live_runs
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         runs.entry(run_id.clone())
-            .or_insert_with(|| broadcast::channel(RUN_BROADCAST_EVENTS).0)
+            .or_insert_with(|| Live {
+                events: broadcast::channel(RUN_BROADCAST_EVENTS).0,
+                ended: Arc::default(),
+            })
             .clone()
     }
 
-    pub(super) fn remove_live(&self, run_id: &RunId) -> Option<broadcast::Sender<Arc<WireEvent>>> {
+    pub(super) fn remove_live(&self, run_id: &RunId) -> Option<Live> {
         self.live_runs.lock().ok()?.remove(run_id)
     }
 }

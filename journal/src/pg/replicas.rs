@@ -97,6 +97,25 @@ impl PgJournal {
             .unwrap_or(false)
     }
 
+    /// Whether the session's stream is known to hold no records: this replica holds its
+    /// lease (nobody else appends to it) and the head it keeps for it is the empty
+    /// stream's, as the database last answered (the lease's acquisition, or an append's
+    /// refusal), with no append of this replica since.
+    pub(crate) fn known_empty(&self, session_id: &SessionId) -> bool {
+        let held = self
+            .inner
+            .leases
+            .lock()
+            .map(|leases| matches!(leases.get(session_id), Some(LeaseState::Held { .. })))
+            .unwrap_or(false);
+        held && self
+            .inner
+            .heads
+            .lock()
+            .map(|heads| heads.get(session_id) == Some(&crate::chain::Head::EMPTY))
+            .unwrap_or(false)
+    }
+
     /// Whether this replica holds the session's lease now.
     pub(crate) fn holds_lease(&self, session_id: &SessionId) -> bool {
         self.inner
