@@ -6,7 +6,8 @@
 //!   single-row `INSERT` (autocommit: one round trip, one commit), rounds interleaved;
 //! - quick turns per second over HTTP (scripted harness, `stream=false`, a new session
 //!   a turn, 64 clients): one server on sled, one replica on PostgreSQL, two replicas
-//!   on PostgreSQL with the clients split between them;
+//!   on PostgreSQL with the clients split between them (one, two, two, one: the mean of
+//!   each pair);
 //! - stream latency: from a run's end being journaled on replica A to its terminal frame
 //!   reaching a client re-attached on A itself, and on replica B;
 //! - a turn on a session whose last turn was served by the other replica, against one
@@ -333,22 +334,35 @@ async fn main() {
     );
     let pg_args = ["--config", pg_config.to_str().unwrap()];
     let one = Server::start_with(&pg_dir.path().join("a"), &pg_args);
-    // One replica alone first (a second one would follow its appends).
-    let one_turns = if runs("turns") {
-        turns_per_second(&[&one], "one", seconds).await
-    } else {
-        0.0
-    };
-    let two = Server::start_with(&pg_dir.path().join("b"), &pg_args);
     if runs("turns") {
-        let two_turns = turns_per_second(&[&one, &two], "two", seconds).await;
+        // One replica alone, then two (the second started for its phase and stopped
+        // after it, so that the first is alone again), in the order one, two, two, one:
+        // the database grows with every phase and the machine drifts, and neither
+        // configuration should always come second.
+        let (mut one_rates, mut two_rates) = (Vec::new(), Vec::new());
+        for phase in ["one-a", "two-a", "two-b", "one-b"] {
+            if phase.starts_with("one") {
+                one_rates.push(turns_per_second(&[&one], phase, seconds).await);
+            } else {
+                let two = Server::start_with(&pg_dir.path().join("b"), &pg_args);
+                two_rates.push(turns_per_second(&[&one, &two], phase, seconds).await);
+                two.terminate();
+            }
+        }
+        let mean = |rates: &[f64]| rates.iter().sum::<f64>() / rates.len() as f64;
+        let (one_turns, two_turns) = (mean(&one_rates), mean(&two_rates));
         println!(
-            "quick turns/s over HTTP ({} clients, a new session each): sled {sled_turns:.0}, PostgreSQL one replica {one_turns:.0} ({:.2}x sled), two replicas {two_turns:.0} ({:.2}x one)",
+            "quick turns/s over HTTP ({} clients, a new session each): sled {sled_turns:.0}, PostgreSQL one replica {one_turns:.0} ({:.2}x sled), two replicas {two_turns:.0} ({:.2}x one); phases one, two, two, one: {:.0}, {:.0}, {:.0}, {:.0}",
             *CLIENTS,
             one_turns / sled_turns,
-            two_turns / one_turns
+            two_turns / one_turns,
+            one_rates[0],
+            two_rates[0],
+            two_rates[1],
+            one_rates[1],
         );
     }
+    let two = Server::start_with(&pg_dir.path().join("b"), &pg_args);
 
     if runs("hop") {
         // A turn on a session last served by the other replica, against the same one.
