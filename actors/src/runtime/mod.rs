@@ -26,6 +26,7 @@ use crate::stream::RunEvents;
 mod cluster;
 mod commands;
 mod files;
+mod following;
 
 pub use files::FileContent;
 mod replica;
