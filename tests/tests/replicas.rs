@@ -266,6 +266,71 @@ async fn a_replica_lists_the_sessions_another_made_while_it_started() {
     b.terminate();
 }
 
+/// What one replica lists and counts, the other lists and counts the same: sessions made
+/// there (its directory folds them from their first record), later turns on them (read
+/// once, then folded), deletions, and a session that moved from one replica to the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_other_replica_lists_and_counts_what_one_did() {
+    let Some(cluster) = Cluster::new(0) else {
+        return;
+    };
+    let (a, b) = (cluster.replica("a"), cluster.replica("b"));
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    futures::StreamExt::for_each_concurrent(futures::stream::iter(0..40), 8, |n| {
+        let (client, base) = (client.clone(), a.base.clone());
+        async move { quick_turn(&client, &base, &format!("made-{n}")).await }
+    })
+    .await;
+    for n in 0..15 {
+        quick_turn(&client, &a.base, &format!("made-{n}")).await;
+    }
+    for n in 35..40 {
+        let deleted = client
+            .delete(format!("{}/sessions/made-{n}", a.base))
+            .send()
+            .await
+            .unwrap();
+        assert!(deleted.status().is_success(), "{}", deleted.status());
+    }
+    quick_turn(&client, &b.base, "moved").await;
+    quick_turn(&client, &a.base, "moved").await;
+    let view = |server: &Server| {
+        let (client, base) = (client.clone(), server.base.clone());
+        async move {
+            let get = |path: &str| {
+                let (client, url) = (client.clone(), format!("{base}{path}"));
+                async move {
+                    let body: Value = client.get(url).send().await.unwrap().json().await.unwrap();
+                    body
+                }
+            };
+            let mut sessions = get("/sessions?limit=100").await["data"].clone();
+            if let Some(listed) = sessions.as_array_mut() {
+                listed.sort_by_key(|session| session["session_id"].to_string());
+            }
+            (sessions, get("/metrics").await)
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (on_a, on_b) = (view(&a).await, view(&b).await);
+        assert_eq!(on_a.0.as_array().map(Vec::len), Some(36), "{}", on_a.0);
+        if on_a == on_b {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "B lists or counts differently from A:\nA {on_a:?}\nB {on_b:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    a.terminate();
+    b.terminate();
+}
+
 #[tokio::test]
 async fn a_busy_session_is_refused_on_the_other_replica_and_its_next_turn_resumes_there() {
     let Some(cluster) = Cluster::new(0) else {
