@@ -125,7 +125,13 @@ pub const POSTGRES_BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
 
 /// PostgreSQL batches on their way at once, of disjoint sessions: the next one is sent
 /// while the database flushes the last (batches take the global order's lock in turn).
+/// A replica among others sends one at a time (theirs are the others on their way).
 pub const POSTGRES_BATCHES_IN_FLIGHT: usize = 2;
+
+/// How long a PostgreSQL replica's projection writer waits after a write before the
+/// next, in milliseconds: what comes meanwhile goes in one statement (a projection is
+/// derived data: one lost to a crash is folded again from the records).
+pub const POSTGRES_PROJECTIONS_EVERY_MS: u64 = 10;
 
 /// Stored projections a PostgreSQL replica holds waiting for its writer, at most (past
 /// it, a projection is written at once).

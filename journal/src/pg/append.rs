@@ -5,7 +5,7 @@
 //! `turnstile.append_batch` (`batch.rs`): one round trip, one transaction, one WAL
 //! flush, each append checked against its stream's head and its lease's fencing token
 //! inside the database and refused alone. A few batches are on their way at once, of
-//! disjoint sessions.
+//! disjoint sessions (one per replica when there are others).
 
 use crate::chain::{self, Head};
 use crate::codec::Hash;
@@ -52,7 +52,17 @@ pub(super) async fn appender(inner: Weak<Inner>, mut receiver: mpsc::Receiver<Re
                 Err(mpsc::error::TryRecvError::Disconnected) => open = false,
             }
         }
-        while flights.len() < limits::POSTGRES_BATCHES_IN_FLIGHT {
+        // Among other replicas, one batch each: theirs are the ones on their way beside
+        // it (all take the global order's lock in turn), and a second would only split
+        // this replica's appends into smaller batches, one more commit each.
+        let alone = inner
+            .upgrade()
+            .is_some_and(|inner| !inner.others.load(Ordering::SeqCst));
+        let limit = match alone {
+            true => limits::POSTGRES_BATCHES_IN_FLIGHT,
+            false => 1,
+        };
+        while flights.len() < limit {
             let in_flight: HashSet<&SessionId> = busy.values().flatten().collect();
             let batch = take_batch(&mut waiting, &in_flight);
             if batch.is_empty() {

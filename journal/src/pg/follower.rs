@@ -121,16 +121,34 @@ pub(super) fn deliver_own(inner: &Inner, records: &[Arc<Recorded>]) -> bool {
 
 pub(super) async fn follow_once(inner: &Inner, pool: &Pool) -> Result<(), Error> {
     let client = pool.get().await?;
-    let row = client
-        .query_one(
-            &client
-                .prepare_cached("SELECT next_pos FROM turnstile.positions")
-                .await?,
-            &[],
-        )
-        .await?;
-    let next = row.get::<_, i64>(0) as u64;
-    inner.next_pos.fetch_max(next, Ordering::SeqCst);
+    // With an own record waiting, the others' before it are known to be there: the
+    // global order's lock is held to commit, so every position below one this replica
+    // was given belongs to a commit before it. They are read without asking where the
+    // order ends (the others' later records come with their notification, or the poll).
+    let waiting = inner
+        .feed
+        .lock()
+        .map_err(|_| Error::Stopped)?
+        .own
+        .keys()
+        .next_back()
+        .copied();
+    let next = match waiting {
+        Some(own) => own,
+        None => {
+            let row = client
+                .query_one(
+                    &client
+                        .prepare_cached("SELECT next_pos FROM turnstile.positions")
+                        .await?,
+                    &[],
+                )
+                .await?;
+            let next = row.get::<_, i64>(0) as u64;
+            inner.next_pos.fetch_max(next, Ordering::SeqCst);
+            next
+        }
+    };
     loop {
         // What the feed still misses before `next`, up to this replica's next own record.
         let (at, until) = {

@@ -112,7 +112,8 @@ impl PgJournal {
     }
 }
 
-/// Writes the waiting projections, one statement at a time, until the journal closes.
+/// Writes the waiting projections, one statement at a time and at most one every
+/// [`limits::POSTGRES_PROJECTIONS_EVERY_MS`], until the journal closes.
 pub(super) async fn writer(inner: std::sync::Weak<Inner>) {
     loop {
         let Some(waiting) = inner
@@ -150,6 +151,13 @@ pub(super) async fn writer(inner: std::sync::Weak<Inner>) {
         if let Ok(mut pending) = inner.projections.lock() {
             pending.writing.clear();
         }
+        // What comes meanwhile goes with the next statement (one a turn's worth of
+        // projections each otherwise, under load).
+        drop(inner);
+        tokio::time::sleep(std::time::Duration::from_millis(
+            limits::POSTGRES_PROJECTIONS_EVERY_MS,
+        ))
+        .await;
     }
 }
 
