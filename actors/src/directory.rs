@@ -217,13 +217,32 @@ impl Inner {
     }
 }
 
+/// Sessions whose stored forms a directory's load reads together.
+const DIRECTORY_LOAD_SESSIONS: usize = 500;
+
 impl Directory {
     /// Loads every existing session: its stored form, and the records after it.
     pub(crate) fn load(journal: &Journal) -> Result<Directory, RuntimeError> {
         let directory = Directory::default();
-        for entry in journal.sessions()? {
-            let state = crate::reads::load_session(journal, &entry.session_id)?;
-            directory.update(&entry.session_id, &state.session);
+        let sessions: Vec<SessionId> = journal
+            .sessions()?
+            .into_iter()
+            .map(|entry| entry.session_id)
+            .collect();
+        // Stored forms a few hundred at a time (one round trip each on PostgreSQL); a
+        // session whose stored form is behind its stream, or holds an open run, is read
+        // alone.
+        for chunk in sessions.chunks(DIRECTORY_LOAD_SESSIONS) {
+            let facts = crate::reads::current_facts(journal, chunk)?;
+            for (session_id, facts) in chunk.iter().zip(facts) {
+                match facts {
+                    Some(session) => directory.update(session_id, &session),
+                    None => {
+                        let state = crate::reads::load_session(journal, session_id)?;
+                        directory.update(session_id, &state.session);
+                    }
+                }
+            }
         }
         Ok(directory)
     }

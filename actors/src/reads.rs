@@ -9,13 +9,38 @@
 
 use turnstile_journal::{Journal, RunId, Seq, SessionId};
 use turnstile_projections::{
-    RunHead, RunView, SessionState, StoredRun, StoredRunHead, StoredSession, Transcripts,
+    RunHead, RunView, SessionState, SessionView, StoredRun, StoredRunHead, StoredSession,
+    Transcripts,
 };
 
 use crate::api::RuntimeError;
 
+/// Where a session's stored form is kept: this and its id.
+const SESSION_KEY_PREFIX: &str = "session/";
+
 fn session_key(session_id: &SessionId) -> String {
-    format!("session/{session_id}")
+    format!("{SESSION_KEY_PREFIX}{session_id}")
+}
+
+/// The facts of each of `sessions` whose stored form is current (as of its stream's head,
+/// with no run open), in the order asked, read together (one round trip on PostgreSQL);
+/// `None` for the others, which [`load_session`] reads.
+pub(crate) fn current_facts(
+    journal: &Journal,
+    sessions: &[SessionId],
+) -> Result<Vec<Option<SessionView>>, RuntimeError> {
+    let found = journal.heads_and_projections(sessions, SESSION_KEY_PREFIX)?;
+    Ok(sessions
+        .iter()
+        .zip(found)
+        .map(|(session_id, (next_seq, bytes))| {
+            let stored: StoredSession = serde_json::from_slice(&bytes?).ok()?;
+            let current = stored.session_id == *session_id
+                && stored.as_of_seq == next_seq.0
+                && stored.open_runs.is_empty();
+            current.then_some(stored.session)
+        })
+        .collect())
 }
 
 fn run_key(run_id: &RunId) -> String {

@@ -388,6 +388,28 @@ impl Journal {
         }
     }
 
+    /// Each session's next sequence and the projection under `key_prefix` + its id, in
+    /// the order asked: on PostgreSQL one round trip for them all (a replica's start
+    /// reads every session's stored form this way).
+    pub fn heads_and_projections(
+        &self,
+        session_ids: &[SessionId],
+        key_prefix: &str,
+    ) -> Result<Vec<(Seq, Option<Vec<u8>>)>, Error> {
+        match &self.backend {
+            Backend::Sled(sled) => session_ids
+                .iter()
+                .map(|session_id| {
+                    Ok((
+                        sled.session_next_seq(session_id)?,
+                        sled.get_projection(&format!("{key_prefix}{session_id}"))?,
+                    ))
+                })
+                .collect(),
+            Backend::Postgres(pg) => pg.heads_and_projections(session_ids, key_prefix),
+        }
+    }
+
     /// Every stored projection, in key order.
     pub fn projections(&self) -> Result<Vec<(String, Vec<u8>)>, Error> {
         match &self.backend {

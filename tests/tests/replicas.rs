@@ -268,7 +268,8 @@ async fn a_replica_lists_the_sessions_another_made_while_it_started() {
 
 /// What one replica lists and counts, the other lists and counts the same: sessions made
 /// there (its directory folds them from their first record), later turns on them (read
-/// once, then folded), deletions, and a session that moved from one replica to the other.
+/// once, then folded), deletions, and a session that moved from one replica to the other;
+/// and so does a replica that starts afterwards (its directory loaded from stored forms).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_other_replica_lists_and_counts_what_one_did() {
     let Some(cluster) = Cluster::new(0) else {
@@ -327,8 +328,16 @@ async fn the_other_replica_lists_and_counts_what_one_did() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // A replica that starts now loads the same from the stored forms.
+    let c = cluster.replica("c");
+    assert_eq!(
+        view(&c).await,
+        view(&a).await,
+        "C loaded differently from A"
+    );
     a.terminate();
     b.terminate();
+    c.terminate();
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@
 //! lost to a crash leaves an older projection, which readers fold forward from the
 //! records (`journal rebuild` compares each with the fold at its own sequence).
 
+use crate::ids::{Seq, SessionId};
 use crate::pg::{Inner, PgJournal};
 use crate::{Error, limits};
 use std::collections::HashMap;
@@ -62,6 +63,49 @@ impl PgJournal {
                 .await?;
             Ok(row.map(|row| row.get(0)))
         })
+    }
+
+    /// Each session's committed head and the projection under `key_prefix` + its id, in
+    /// one statement for them all (this process's waiting projections first).
+    pub(crate) fn heads_and_projections(
+        &self,
+        session_ids: &[SessionId],
+        key_prefix: &str,
+    ) -> Result<Vec<(Seq, Option<Vec<u8>>)>, Error> {
+        let ids: Vec<String> = session_ids
+            .iter()
+            .map(|id| id.as_str().to_owned())
+            .collect();
+        let prefix = key_prefix.to_owned();
+        let rows: Vec<(i64, Option<Vec<u8>>)> = self.with_client(move |client| async move {
+            let rows = client
+                .query(
+                    &client
+                        .prepare_cached(
+                            "SELECT coalesce(s.next_seq, 0), p.value \
+                             FROM unnest($1::text[]) WITH ORDINALITY AS i(id, n) \
+                             LEFT JOIN turnstile.streams s ON s.session_id = i.id \
+                             LEFT JOIN turnstile.projections p ON p.key = $2 || i.id \
+                             ORDER BY i.n",
+                        )
+                        .await?,
+                    &[&ids, &prefix],
+                )
+                .await?;
+            Ok(rows
+                .into_iter()
+                .map(|row| (row.get(0), row.get(1)))
+                .collect())
+        })?;
+        let pending = self.inner.projections.lock().map_err(|_| Error::Stopped)?;
+        Ok(session_ids
+            .iter()
+            .zip(rows)
+            .map(|(session_id, (next_seq, stored))| {
+                let waiting = pending.get(&format!("{key_prefix}{session_id}")).cloned();
+                (Seq(next_seq as u64), waiting.or(stored))
+            })
+            .collect())
     }
 
     pub(crate) fn projections(&self) -> Result<Vec<(String, Vec<u8>)>, Error> {
