@@ -21,6 +21,9 @@ use crate::verify::{Corruption, VerifyReport};
 
 mod replicas;
 
+/// A session's next sequence and one of its stored projections, if there is one.
+pub type HeadAndProjection = (Seq, Option<Vec<u8>>);
+
 /// The event journal: cheap to clone, one per data directory (or database) per process.
 #[derive(Clone)]
 pub struct Journal {
@@ -395,7 +398,7 @@ impl Journal {
         &self,
         session_ids: &[SessionId],
         key_prefix: &str,
-    ) -> Result<Vec<(Seq, Option<Vec<u8>>)>, Error> {
+    ) -> Result<Vec<HeadAndProjection>, Error> {
         match &self.backend {
             Backend::Sled(sled) => session_ids
                 .iter()

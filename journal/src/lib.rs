@@ -39,7 +39,7 @@ pub use event::{
 };
 pub use files::{ChangeKind, FileChange, FileEntry, FileKind, SnapshotPoint};
 pub use ids::{EventIndex, IdError, JournalPos, RunId, Seq, SessionId};
-pub use journal::Journal;
+pub use journal::{HeadAndProjection, Journal};
 pub use pg::PostgresOptions;
 pub use pg::baseline::insert_round_trips as postgres_insert_round_trips;
 pub use subscription::Subscription;

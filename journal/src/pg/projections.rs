@@ -71,7 +71,7 @@ impl PgJournal {
         &self,
         session_ids: &[SessionId],
         key_prefix: &str,
-    ) -> Result<Vec<(Seq, Option<Vec<u8>>)>, Error> {
+    ) -> Result<Vec<crate::journal::HeadAndProjection>, Error> {
         let ids: Vec<String> = session_ids
             .iter()
             .map(|id| id.as_str().to_owned())
