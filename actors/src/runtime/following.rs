@@ -160,7 +160,7 @@ impl Folds {
             .retain(|_, state| state.open_runs().next().is_some());
     }
 
-    /// Forgets every fold: what was folded is read again at its next turning point.
+    /// Forgets every fold: what was folded is read again at the next round.
     fn forget(&mut self) {
         self.unread
             .extend(self.states.drain().map(|(session_id, _)| session_id));
