@@ -163,3 +163,42 @@ fn a_postgres_backend_without_a_url_or_an_unreachable_one_is_a_clear_refusal() {
         "names the database, not its password: {stderr}"
     );
 }
+
+/// Transactions committed on the database so far (the statistics every backend reports
+/// within about a second).
+fn commits(url: &str) -> u64 {
+    turnstile_tests::postgres::psql(
+        url,
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
+    )
+    .parse()
+    .unwrap()
+}
+
+#[tokio::test]
+async fn an_idle_server_alone_does_not_poll_the_journal() {
+    let Some(url) = turnstile_tests::postgres::database() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(dir.path(), &url);
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--config", file.to_str().unwrap()],
+    );
+    let first = turn(&server, "s1", "hello").await;
+    assert_eq!(first["content"], "echo: hello", "{first}");
+    // Past its start (and its first heartbeat, which says whether others are alive).
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let before = commits(&url);
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    let during = commits(&url) - before;
+    // Its heartbeat (every 2 s), the claims of sessions dead replicas left and the
+    // commands others sent (4 a second each): about 35. Following the journal every
+    // 20 ms as if others positioned records made it about 235.
+    assert!(
+        during < 100,
+        "an idle server alone committed {during} transactions in 4 s"
+    );
+    server.terminate();
+}

@@ -17,22 +17,30 @@ use tokio::sync::broadcast;
 
 /// Follows the positions other processes give, so `next_pos` and the live feed include
 /// their records: woken by a local append, by another replica's notification that a
-/// stream grew, or at the latest every [`limits::POSTGRES_FOLLOW_POLL_MS`].
+/// stream grew, or at the latest every [`limits::POSTGRES_FOLLOW_POLL_MS`] while other
+/// replicas are alive (alone, nobody else positions records: an idle replica alone asks
+/// the database nothing but its heartbeat).
 pub(super) async fn follower(inner: std::sync::Weak<Inner>) {
     let Some(mut notices) = inner.upgrade().map(|inner| inner.notices.subscribe()) else {
         return;
     };
     loop {
-        let (appended, pool) = match inner.upgrade() {
-            Some(inner) if !inner.closed.load(Ordering::SeqCst) => {
-                (inner.appended.clone(), inner.pool.clone())
-            }
+        let (appended, pool, others) = match inner.upgrade() {
+            Some(inner) if !inner.closed.load(Ordering::SeqCst) => (
+                inner.appended.clone(),
+                inner.pool.clone(),
+                inner.others.load(Ordering::SeqCst),
+            ),
             _ => return,
         };
         tokio::select! {
             _ = appended.notified() => {}
             _ = grown(&mut notices) => {}
-            _ = tokio::time::sleep(Duration::from_millis(limits::POSTGRES_FOLLOW_POLL_MS)) => {}
+            _ = tokio::time::sleep(Duration::from_millis(limits::POSTGRES_FOLLOW_POLL_MS)) => {
+                if !others {
+                    continue;
+                }
+            }
         }
         let Some(strong) = inner.upgrade() else {
             return;

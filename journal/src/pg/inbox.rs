@@ -309,6 +309,24 @@ async fn notifying_connection(
     Ok((client, statement))
 }
 
+/// Whether other replicas are alive, as the database says (`true` when it cannot say:
+/// the appends are then announced, which costs the others nothing but a read).
+async fn others_alive(client: &tokio_postgres::Client, inner: &Inner) -> bool {
+    let me = inner
+        .replica_id
+        .lock()
+        .map(|id| id.clone())
+        .unwrap_or_default();
+    client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM turnstile.replicas o \
+             WHERE o.replica_id <> $1 AND o.expires_at > now())",
+            &[&me],
+        )
+        .await
+        .map_or(true, |row| row.get::<_, bool>(0))
+}
+
 /// One connection of its own, outside the pool, that LISTENs and hands notifications
 /// on; it reconnects when it drops, and says so (notifications may have been missed).
 pub(super) async fn listener(inner: std::sync::Weak<Inner>) {
@@ -343,8 +361,10 @@ pub(super) async fn listener(inner: std::sync::Weak<Inner>) {
                     .await;
                 if listening.is_ok() {
                     if let Some(inner) = inner.upgrade() {
-                        // A replica may have started meanwhile.
-                        inner.others.store(true, Ordering::SeqCst);
+                        // A replica may have started meanwhile: asked now that this
+                        // one listens (one that registers later says so on the channel).
+                        let others = others_alive(&client, &inner).await;
+                        inner.others.store(others, Ordering::SeqCst);
                         let _ = inner.notices.send(Notice {
                             channel: RESYNC.into(),
                             payload: String::new(),
