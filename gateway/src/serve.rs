@@ -55,7 +55,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     // A session actor's journal reads wait on its arbiter's thread: on PostgreSQL each is
     // a network round trip, which takes no core, so more threads keep the cores busy.
     let arbiters = if config.journal.backend == crate::config::Backend::Postgres {
-        cores.max(turnstile_journal::limits::POSTGRES_ARBITERS_MIN)
+        cores * turnstile_journal::limits::POSTGRES_ARBITERS_PER_CORE
     } else {
         cores
     };

@@ -116,9 +116,12 @@ pub const POSTGRES_PAGE_RECORDS: i64 = 1_000;
 /// goes, alone if need be).
 pub const POSTGRES_BATCH_APPENDS_MAX: usize = 512;
 
-/// Arbiter threads (hosts of session actors) a server on PostgreSQL has at least: an
-/// actor's journal read waits on its thread for a round trip to the database.
-pub const POSTGRES_ARBITERS_MIN: usize = 16;
+/// Arbiter threads (hosts of session actors) a server on PostgreSQL has per core: an
+/// actor's journal read (a lease's acquire, a session's load) waits on its thread for a
+/// round trip to the database, which takes no core. More threads than that cost more in
+/// task switches than they gain: 16 on two cores made two replicas 0.72-0.88x one in six
+/// runs of `cargo bench --bench replicas`, 4 made them 0.83-0.94x, one replica as fast.
+pub const POSTGRES_ARBITERS_PER_CORE: usize = 2;
 
 /// Event bytes one PostgreSQL batch holds at most (see [`POSTGRES_BATCH_APPENDS_MAX`]).
 pub const POSTGRES_BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
