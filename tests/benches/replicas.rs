@@ -348,10 +348,11 @@ async fn main() {
                 two_rates.push(turns_per_second(&[&one, &two], phase, seconds).await);
                 two.terminate();
                 if phase == "two-b" {
-                    // A stopped replica's heartbeat stays alive until its lease lapses
-                    // (10 s) and the first one's next heartbeat (2 s) sees it: until then
-                    // that one still works as one among others (one batch in flight, its
-                    // appends announced), which is not "one replica alone".
+                    // A replica stopped gracefully deletes its heartbeat row, but the
+                    // first one learns it is alone only at its next heartbeat (every 2 s):
+                    // until then it still works as one among others (one batch in flight,
+                    // its appends announced), which is not "one replica alone". The wait
+                    // leaves a wide margin.
                     tokio::time::sleep(Duration::from_secs(13)).await;
                 }
             }
