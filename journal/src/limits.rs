@@ -145,7 +145,8 @@ pub const POSTGRES_PROJECTIONS_WAITING_MAX: usize = 10_000;
 pub const POSTGRES_OWN_RECORDS_KEPT: usize = 100_000;
 
 /// How often the PostgreSQL follower looks for records other processes positioned when
-/// no notification woke it, in milliseconds.
+/// no notification woke it, in milliseconds, while other replicas are alive (a replica
+/// alone does not look).
 pub const POSTGRES_FOLLOW_POLL_MS: u64 = 20;
 
 /// How long a command for a session another replica owns waits for it (the owner's
